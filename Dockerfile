@@ -1,0 +1,24 @@
+# Images for docker compose: `sidecar` (kpd run) and `audit` (kpd audit with Spark + Java).
+FROM python:3.11-slim AS sidecar
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY sidecar sidecar
+COPY delay_service delay_service
+COPY revive revive
+COPY api api
+COPY spark spark
+RUN pip install --no-cache-dir .
+ENV KPD_HTTP_HOST=0.0.0.0 KPD_DATA_DIR=/data KPD_LOG_FORMAT=json
+VOLUME /data
+EXPOSE 8080
+CMD ["kpd", "run"]
+
+FROM sidecar AS audit
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
+    && rm -rf /var/lib/apt/lists/*
+RUN pip install --no-cache-dir '.[audit]'
+# Fetch Spark's Kafka connector once, at build time, into the image's cache.
+ENV KPD_CACHE_DIR=/opt/kpd-cache
+RUN python -c "import spark.audit as a; a.connector_jars()"
+CMD ["kpd", "audit", "--bootstrap", "kafka:9092", "--out", "/reports"]

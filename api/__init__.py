@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI): schedules, pop groups, health and metrics."""

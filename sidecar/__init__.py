@@ -1,0 +1,1 @@
+"""The kpd process: settings, Kafka clients, leader election, local storage, CLI."""

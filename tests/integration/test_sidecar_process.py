@@ -1,0 +1,75 @@
+"""`kpd run` as a real process: topics, health endpoints, readiness and graceful shutdown."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import httpx
+from confluent_kafka.admin import AdminClient
+from conftest import wait_for
+
+from sidecar.broker_for_tests import free_port
+from sidecar.local_kafka import LocalKafka
+
+
+def test_creates_missing_topics_and_serves_health(sidecar_factory, admin: AdminClient) -> None:
+    sidecar = sidecar_factory("a").start()
+    topics = admin.list_topics(timeout=10).topics
+    for name in ("KPD_BUFFER_TOPIC", "KPD_INVALID_TOPIC", "KPD_DELIVERY_LOG_TOPIC"):
+        assert sidecar.env[name] in topics
+    with sidecar.client() as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        ready = http.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["node"] == "a"
+        metrics = http.get("/metrics")
+        assert "kpd_kafka_reachable 1.0" in metrics.text
+        missing = http.get("/nope")
+        assert missing.status_code == 404
+        assert missing.headers["content-type"] == "application/problem+json"
+        assert missing.json()["code"] == "not_found"
+
+
+def test_sigterm_stops_cleanly_and_frees_the_port(sidecar_factory) -> None:
+    sidecar = sidecar_factory("a").start()
+    assert sidecar.terminate(signal.SIGTERM, timeout_s=20) == 0
+    assert "sidecar stopped" in sidecar.log()
+    try:
+        httpx.get(f"{sidecar.url}/healthz", timeout=1)
+        raise AssertionError("the HTTP port still answers after SIGTERM")
+    except httpx.ConnectError:
+        pass
+    # No stray process: nothing else carries this sidecar's data dir on its command line or env.
+    assert sidecar.process is not None and sidecar.process.poll() == 0
+
+
+def test_sigint_also_stops_cleanly(sidecar_factory) -> None:
+    sidecar = sidecar_factory("b").start()
+    assert sidecar.terminate(signal.SIGINT, timeout_s=20) == 0
+
+
+def test_readiness_follows_the_broker(sidecar_factory, tmp_path: Path) -> None:
+    """Readiness goes false when Kafka stops and true again when it returns."""
+    broker = LocalKafka(home=tmp_path / "own-kafka", port=free_port())
+    bootstrap = broker.start()
+    try:
+        sidecar = sidecar_factory("r", bootstrap=bootstrap).start()
+        with sidecar.client() as http:
+            assert http.get("/readyz").status_code == 200
+            broker.stop()
+            wait_for(lambda: http.get("/readyz").status_code == 503, 30, "not ready")
+            body = http.get("/readyz").json()
+            assert body["code"] == "not_ready" and "kafka unreachable" in body["detail"]
+            assert http.get("/healthz").status_code == 200  # alive, just not ready
+            broker.start()
+            wait_for(lambda: http.get("/readyz").status_code == 200, 60, "ready again")
+    finally:
+        broker.stop()
+
+
+def test_bad_setting_exits_with_a_clear_message(sidecar_factory) -> None:
+    sidecar = sidecar_factory("bad", http_port="99999")
+    sidecar.start(ready=False)
+    assert sidecar.process is not None
+    assert sidecar.process.wait(timeout=30) == 2
+    assert "invalid setting KPD_HTTP_PORT" in sidecar.log()
