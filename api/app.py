@@ -7,7 +7,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import health
+from api import health, messages, schedules
+from api.body_limit import BodyLimit
 from api.problems import install_problem_handlers
 from sidecar.process import Sidecar
 
@@ -24,5 +25,8 @@ def create_app(sidecar: Sidecar) -> FastAPI:
     app = FastAPI(title="kpd", version="1", lifespan=lifespan)
     app.state.sidecar = sidecar
     install_problem_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=sidecar.settings.max_request_bytes)
     app.include_router(health.router)
+    app.include_router(messages.router)
+    app.include_router(schedules.router)
     return app

@@ -13,12 +13,22 @@ PROBLEM_JSON = "application/problem+json"
 
 
 class Problem(Exception):
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail)
-        self.status, self.code, self.detail, self.extra = status, code, detail, extra
+        self.status, self.code, self.detail = status, code, detail
+        self.headers, self.extra = headers, extra
 
 
-def problem_response(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
+def problem_response(
+    status: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
     body = {
         "type": f"https://kpd.dev/problems/{code}",
         "title": code.replace("_", " "),
@@ -27,13 +37,13 @@ def problem_response(status: int, code: str, detail: str, **extra: Any) -> JSONR
         "detail": detail,
         **extra,
     }
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
-        return problem_response(exc.status, exc.code, exc.detail, **exc.extra)
+        return problem_response(exc.status, exc.code, exc.detail, exc.headers, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

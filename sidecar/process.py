@@ -1,29 +1,55 @@
 """The sidecar process: owns the long-lived parts and starts/stops them in order.
 
 Data flows one way: Kafka topics in -> local state (RocksDB) -> timers -> Kafka topics out. The
-HTTP API (package `api`) only reads state and writes commands to Kafka.
+HTTP API (package `api`) reads local state and writes commands to Kafka.
+
+One "roles" thread decides what this node does: while it is not the leader it follows the state
+topics into RocksDB (a hot standby); once elected it fences the old leader, catches up, and runs
+the leader loops until it loses leadership or stops. RocksDB thus has one writer at a time.
 """
 
 from __future__ import annotations
 
-import structlog
+import threading
+from collections.abc import Sequence
 
+import structlog
+from confluent_kafka import Message
+
+from delay_service.leader import DelayLeader
+from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
+from delay_service.schedules import Schedule, ScheduleIndex
+from sidecar.async_producer import AsyncProducer
 from sidecar.config import Settings
+from sidecar.election import Election
 from sidecar.health import KafkaProbe
-from sidecar.kafka_clients import admin_client
+from sidecar.kafka_clients import admin_client, base_config
 from sidecar.metrics import KAFKA_REACHABLE
-from sidecar.topics import TopicSpec, ensure_topics
+from sidecar.state_follower import OFFSETS_CF, StateFollower
+from sidecar.store import Batch, Store
+from sidecar.topics import COMPACTED, TopicCache, TopicSpec, ensure_topics
 
 log = structlog.get_logger(__name__)
+
+LEADER_RETRY_S = 1.0
 
 
 class Sidecar:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.client_config = base_config(settings)
         self.admin = admin_client(settings)
         self.probe = KafkaProbe(self.admin)
         KAFKA_REACHABLE.set_function(lambda: float(self.probe.reachable))
+        self.store = Store(settings.state_dir / "rocksdb", [*SCHEDULE_CFS, OFFSETS_CF])
+        self.schedules = ScheduleIndex(self.store)
+        self.api_producer = AsyncProducer(self.client_config)
+        self.topic_cache = TopicCache(self.api_producer, settings.kafka_timeout_ms / 1000)
         self._topics_ready = False
+        self._stopping = threading.Event()
+        self._roles = threading.Thread(target=self._roles_loop, name="roles", daemon=True)
+        self.election: Election | None = None
+        self.follower: StateFollower | None = None
 
     def owned_topics(self) -> list[TopicSpec]:
         s = self.settings
@@ -31,15 +57,21 @@ class Sidecar:
             TopicSpec(s.buffer_topic),
             TopicSpec(s.invalid_topic),
             TopicSpec(s.delivery_log_topic),
+            TopicSpec(s.state_topic("schedules"), COMPACTED),
+            TopicSpec(s.state_topic("leader"), partitions=1),
         ]
 
     def start(self) -> None:
         log.info("sidecar starting", node=self.settings.node_id, bootstrap=self.settings.bootstrap)
         self.probe.start()
-        self._ensure_topics()
+        self._roles.start()
 
     def stop(self) -> None:
+        self._stopping.set()
+        self._roles.join(timeout=60)
         self.probe.stop()
+        self.api_producer.close()
+        self.store.close()
         log.info("sidecar stopped", node=self.settings.node_id)
 
     def not_ready_reasons(self) -> list[str]:
@@ -47,22 +79,81 @@ class Sidecar:
         reasons = []
         if not self.probe.reachable:
             reasons.append(f"kafka unreachable: {self.probe.last_error}")
-        elif not self._topics_ready:
-            self._ensure_topics()
         if not self._topics_ready:
             reasons.append("kpd topics not created yet")
+        if self.election is None or not self.election.leader_known:
+            reasons.append("leader not known yet")
+        if self.follower is None or not self.follower.caught_up:
+            reasons.append("state not caught up yet")
         return reasons
 
-    def _ensure_topics(self) -> None:
+    @property
+    def is_leader(self) -> bool:
+        return self.election is not None and self.election.is_leader
+
+    # -- roles -----------------------------------------------------------------------------
+
+    def _roles_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._set_up()
+                break
+            except Exception as error:  # Kafka not there yet: keep trying, /readyz says why
+                log.warning("cannot start yet", error=str(error))
+                self._stopping.wait(LEADER_RETRY_S)
+        while not self._stopping.is_set():
+            try:
+                if self.is_leader:
+                    self._lead()
+                else:
+                    self._follow()
+            except Exception:
+                log.exception("role failed; rebuilding it from Kafka")
+                self._stopping.wait(LEADER_RETRY_S)
+        if self.election is not None:
+            self.election.stop()
+        if self.follower is not None:
+            self.follower.close()
+
+    def _set_up(self) -> None:
         s = self.settings
+        ensure_topics(
+            self.admin,
+            self.owned_topics(),
+            s.topic_partitions,
+            s.topic_replication,
+            s.kafka_timeout_ms / 1000,
+        )
+        self._topics_ready = True
+        self.follower = StateFollower(
+            self.client_config, self.store, {s.state_topic("schedules"): self._apply_schedules}
+        )
+        self.follower.assign()
+        self.follower.catch_up(timeout_s=300)
+        self.election = Election(
+            self.client_config,
+            s.state_topic("leader"),
+            s.state_topic("leader"),
+            s.election_session_timeout_ms,
+        )
+        self.election.start()
+
+    def _apply_schedules(self, batch: Batch, messages: Sequence[Message]) -> None:
+        self.schedules.stage(
+            batch, [Schedule.decode(m.key().decode(), m.value()) for m in messages if m.value()]
+        )
+
+    def _follow(self) -> None:
+        assert self.follower is not None
+        while not self._stopping.is_set() and not self.is_leader:
+            self.follower.poll_once(0.1)
+
+    def _lead(self) -> None:
+        assert self.follower is not None
+        leader = DelayLeader(self.settings, self.store, self.client_config)
         try:
-            ensure_topics(
-                self.admin,
-                self.owned_topics(),
-                s.topic_partitions,
-                s.topic_replication,
-                s.kafka_timeout_ms / 1000,
-            )
-            self._topics_ready = True
-        except Exception as error:  # retried on the next readiness check
-            log.warning("cannot create kpd topics yet", error=str(error))
+            leader.start(self.follower)
+            while not self._stopping.is_set() and self.is_leader:
+                leader.step()
+        finally:
+            leader.close()

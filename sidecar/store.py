@@ -64,6 +64,9 @@ class Store:
             self.write(batch)
 
     def close(self) -> None:
+        # Column-family views keep the database open (and its LOCK held) until dropped.
+        self._families.clear()
+        self._handles.clear()
         self._db.close()
 
 

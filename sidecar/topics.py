@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
@@ -56,3 +58,33 @@ def ensure_topics(
                 raise
     log.info("topics created", topics=sorted(created))
     return created
+
+
+class TopicCache:
+    """Does a topic exist? Cached, because the answer is needed per record.
+
+    Known topics are remembered for good; unknown ones are asked again after `retry_s`, so a topic
+    created a moment later is picked up without a metadata request per rejected record.
+    """
+
+    def __init__(self, client: AdminClient | Any, timeout_s: float, retry_s: float = 2.0) -> None:
+        self._client = client  # anything with list_topics(topic=..., timeout=...)
+        self._timeout_s, self._retry_s = timeout_s, retry_s
+        self._known: set[str] = set()
+        self._unknown: dict[str, float] = {}
+
+    def exists(self, topic: str) -> bool:
+        if topic in self._known:
+            return True
+        checked = self._unknown.get(topic)
+        if checked is not None and time.monotonic() - checked < self._retry_s:
+            return False
+        metadata = self._client.list_topics(topic=topic, timeout=self._timeout_s).topics.get(topic)
+        if metadata is not None and metadata.error is None:
+            self._known.add(topic)
+            self._unknown.pop(topic, None)
+            return True
+        if len(self._unknown) > 10_000:  # hostile input must not grow this without bound
+            self._unknown.clear()
+        self._unknown[topic] = time.monotonic()
+        return False

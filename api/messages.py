@@ -1,0 +1,189 @@
+"""`POST /v1/topics/{topic}/messages`: produce now, or schedule through the buffer topic.
+
+A delayed message is written to the buffer topic with the same headers a Kafka-native producer
+would use, so HTTP and Kafka clients share one path into the delay service. Every message is on
+Kafka (acknowledged by the brokers) before the call answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ulid import ULID
+
+from api.deps import get_sidecar, require_token
+from api.problems import Problem
+from api.schedules import ID_PATTERN, wait_for_schedule
+from delay_service.headers import CONTROL_HEADERS, DELIVER_AT, ID, TARGET
+from sidecar.config import TOPIC_PATTERN
+from sidecar.process import Sidecar
+
+router = APIRouter(prefix="/v1", tags=["messages"], dependencies=[Depends(require_token)])
+
+VISIBLE_WAIT_S = 5.0
+MAX_MESSAGES = 1000
+
+
+class MessageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str | None = None
+    value: str | None = None
+    value_b64: str | None = None
+    headers: dict[Annotated[str, Field(min_length=1, max_length=255)], str] | None = Field(
+        None, max_length=100
+    )
+    delay_ms: int | None = Field(None, ge=0)
+    deliver_at_ms: int | None = Field(None, ge=0)
+    id: str | None = Field(None, pattern=ID_PATTERN)
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> MessageIn:
+        if self.value is not None and self.value_b64 is not None:
+            raise ValueError("give value or value_b64, not both")
+        if self.delay_ms is not None and self.deliver_at_ms is not None:
+            raise ValueError("give delay_ms or deliver_at_ms, not both")
+        if self.value_b64 is not None:
+            try:
+                base64.b64decode(self.value_b64, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("value_b64 is not valid base64") from None
+        if self.headers and CONTROL_HEADERS & set(self.headers):
+            raise ValueError(f"headers may not set kpd control headers {sorted(CONTROL_HEADERS)}")
+        if self.id is not None and self.delay_ms is None and self.deliver_at_ms is None:
+            raise ValueError("id names a schedule: give delay_ms or deliver_at_ms with it")
+        return self
+
+    def payload(self) -> bytes | None:
+        if self.value_b64 is not None:
+            return base64.b64decode(self.value_b64)
+        return None if self.value is None else self.value.encode()
+
+    def header_list(self) -> list[tuple[str, bytes]]:
+        return [(name, value.encode()) for name, value in (self.headers or {}).items()]
+
+    def size(self) -> int:
+        payload = self.payload() or b""
+        return (
+            len((self.key or "").encode())
+            + len(payload)
+            + sum(len(n) + len(v) for n, v in self.header_list())
+        )
+
+
+class ProduceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
+
+
+class ProduceResult(BaseModel):
+    status: Literal["enqueued", "scheduled", "error"]
+    id: str | None = None
+    deliver_at_ms: int | None = None
+    partition: int | None = None
+    offset: int | None = None
+    code: str | None = None
+    detail: str | None = None
+
+
+class ProduceResponse(BaseModel):
+    results: list[ProduceResult]
+
+
+@router.post(
+    "/topics/{topic}/messages", response_model=ProduceResponse, response_model_exclude_none=True
+)
+async def produce(
+    body: ProduceRequest,
+    topic: Annotated[str, Path(pattern=TOPIC_PATTERN)],
+    sidecar: Annotated[Sidecar, Depends(get_sidecar)],
+) -> ProduceResponse:
+    settings = sidecar.settings
+    now = time.time_ns() // 1_000_000
+    due_times = [_due_ms(i, m, now, settings.max_delay_ms) for i, m in enumerate(body.messages)]
+    for index, message in enumerate(body.messages):
+        if message.size() > settings.max_record_bytes:
+            raise Problem(
+                413,
+                "record_too_large",
+                f"messages.{index} is {message.size()} bytes; the limit is "
+                f"{settings.max_record_bytes}",
+                field=f"messages.{index}",
+                max_bytes=settings.max_record_bytes,
+            )
+    exists = await asyncio.to_thread(sidecar.topic_cache.exists, topic)
+    if not exists:
+        error = ProduceResult(
+            status="error", code="unknown_topic", detail=f"topic {topic!r} does not exist"
+        )
+        return ProduceResponse(results=[error] * len(body.messages))
+    results = await asyncio.gather(
+        *(_send(sidecar, topic, m, due) for m, due in zip(body.messages, due_times, strict=True))
+    )
+    return ProduceResponse(results=list(results))
+
+
+def _due_ms(index: int, message: MessageIn, now: int, max_delay_ms: int) -> int | None:
+    if message.delay_ms is not None:
+        delay = message.delay_ms
+    elif message.deliver_at_ms is not None:
+        delay = message.deliver_at_ms - now
+    else:
+        return None
+    if delay > max_delay_ms:
+        field = "delay_ms" if message.delay_ms is not None else "deliver_at_ms"
+        raise Problem(
+            422,
+            "invalid_request",
+            "request failed validation",
+            errors=[
+                {
+                    "field": f"body.messages.{index}.{field}",
+                    "message": f"the delay may be at most {max_delay_ms} ms",
+                    "bounds": {"ge": 0, "max_delay_ms": max_delay_ms},
+                }
+            ],
+        )
+    return now + delay if message.delay_ms is not None else message.deliver_at_ms
+
+
+async def _send(sidecar: Sidecar, topic: str, message: MessageIn, due: int | None) -> Any:
+    producer = sidecar.api_producer
+    try:
+        if due is None:
+            sent = await producer.produce(
+                topic, message.payload(), _key(message), message.header_list()
+            )
+            return ProduceResult(
+                status="enqueued", partition=sent.partition(), offset=sent.offset()
+            )
+        schedule_id = message.id or str(ULID())
+        existing = sidecar.schedules.get(schedule_id)
+        if existing is not None:  # idempotent: the first schedule with this id stands
+            return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=existing.due_ms)
+        control = [
+            (TARGET, topic.encode()),
+            (DELIVER_AT, str(due).encode()),
+            (ID, schedule_id.encode()),
+        ]
+        await producer.produce(
+            sidecar.settings.buffer_topic,
+            message.payload(),
+            _key(message),
+            [*message.header_list(), *control],
+        )
+        # Read-your-writes: a GET or DELETE right after this answer should find the schedule.
+        await wait_for_schedule(sidecar, schedule_id, lambda s: s is not None, VISIBLE_WAIT_S)
+        return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=due)
+    except Exception as error:  # one failed record must not fail the others
+        return ProduceResult(status="error", code="produce_failed", detail=str(error)[:500])
+
+
+def _key(message: MessageIn) -> bytes | None:
+    return None if message.key is None else message.key.encode()

@@ -1,0 +1,1 @@
+"""Delayed delivery: buffer topic -> schedule state -> timing wheel -> target topic."""

@@ -1,0 +1,373 @@
+"""The delay service while this sidecar leads: buffer topic -> schedules -> wheel -> targets.
+
+One thread runs `step()` in a loop. Each step is at most one Kafka transaction holding
+  * the buffer records consumed since the last step, turned into `scheduled` / `cancelled`
+    records on the schedules topic, or copied to the invalid topic with `kpd-error`;
+  * the schedules that came due, published to their targets with `delivered` records;
+  * their delivery-log events, and the buffer offsets consumed.
+So "publish + mark delivered + commit input offsets" is one atomic step (DESIGN principle 2), and
+a crash at any point leaves either all of a step or none of it for read_committed readers.
+
+RocksDB is written only after the commit, from the same records; if anything fails the leader
+is rebuilt from Kafka (the caller restarts it), so memory never runs ahead of the truth.
+Only schedules due within `WINDOW_MS` sit in the timing wheel; the rest stay on disk and are
+range-scanned in as the window slides, so memory does not grow with far-future backlog.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+
+from delay_service import metrics
+from delay_service.headers import (
+    DELIVER_AT,
+    ID,
+    TARGET,
+    CancelRequest,
+    InvalidRecord,
+    Limits,
+    ScheduleRequest,
+    parse,
+)
+from delay_service.schedules import Schedule, ScheduleIndex, State
+from delay_service.timing_wheel import TimingWheelTimer
+from sidecar.config import Settings
+from sidecar.delivery_log import Event, log_record
+from sidecar.state_follower import StateFollower
+from sidecar.store import Store
+from sidecar.topics import TopicCache
+
+log = structlog.get_logger(__name__)
+
+BATCH = 2000  # records per transaction: big enough to amortise the commit, small for latency
+WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
+MAX_WAIT_S = 0.05  # longest poll when nothing is due (also bounds shutdown and demotion time)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class DelayTopics:
+    buffer: str
+    invalid: str
+    delivery_log: str
+    schedules: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DelayTopics:
+        return cls(
+            settings.buffer_topic,
+            settings.invalid_topic,
+            settings.delivery_log_topic,
+            settings.state_topic("schedules"),
+        )
+
+
+@dataclass
+class _Step:
+    """What one transaction changes, applied to RocksDB and metrics after the commit."""
+
+    records: dict[str, Schedule] = field(default_factory=dict)  # latest state per id
+    ordered: list[Schedule] = field(default_factory=list)
+    lateness_ms: list[int] = field(default_factory=list)
+    scheduled: int = 0
+    cancelled: int = 0
+    invalid: int = 0
+    open: bool = False  # has the transaction begun?
+
+    def put(self, record: Schedule) -> None:
+        self.records[record.schedule_id] = record
+        self.ordered.append(record)
+
+
+class DelayLeader:
+    def __init__(self, settings: Settings, store: Store, client_config: dict[str, Any]) -> None:
+        self._settings = settings
+        self._node = settings.node_id
+        self._store = store
+        self._index = ScheduleIndex(store)
+        self._client_config = client_config
+        self.topics = DelayTopics.from_settings(settings)
+        self._limits = Limits(
+            max_delay_ms=settings.max_delay_ms,
+            max_record_bytes=settings.max_record_bytes,
+            forbidden_targets=frozenset(
+                {
+                    self.topics.buffer,
+                    self.topics.invalid,
+                    self.topics.delivery_log,
+                    self.topics.schedules,
+                }
+            ),
+        )
+        timeout_s = settings.kafka_timeout_ms / 1000
+        self._timeout_s = timeout_s
+        self._producer = Producer(
+            {
+                **client_config,
+                "transactional.id": settings.state_topic("delay-leader"),
+                "transaction.timeout.ms": 30_000,
+                "linger.ms": 1,
+                "queue.buffering.max.messages": 1_000_000,
+                # Java clients' partitioner, so a delayed record lands where the producer's own
+                # record with that key would have.
+                "partitioner": "murmur2_random",
+            }
+        )
+        self._consumer = Consumer(
+            {
+                **client_config,
+                "group.id": settings.state_topic("delay"),
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self._topics = TopicCache(self._producer, timeout_s)
+        self._assignment: list[TopicPartition] = []
+        self._wheel = TimingWheelTimer(now_ms())
+        self._loaded_until = 0
+
+    def start(self, follower: StateFollower) -> None:
+        """Fence older leaders, read the state they left, then take over the buffer topic."""
+        self._producer.init_transactions(self._timeout_s)
+        follower.catch_up(timeout_s=120)
+        metadata = self._consumer.list_topics(self.topics.buffer, timeout=self._timeout_s)
+        partitions = [
+            TopicPartition(self.topics.buffer, p)
+            for p in sorted(metadata.topics[self.topics.buffer].partitions)
+        ]
+        committed = self._consumer.committed(partitions, timeout=self._timeout_s)
+        self._assignment = [
+            TopicPartition(
+                tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            )
+            for tp in committed
+        ]
+        self._consumer.assign(self._assignment)
+        self._refill(now_ms())
+        metrics.PENDING.set(self._index.count_pending())
+        log.info(
+            "delay leader started", pending=self._index.count_pending(), in_wheel=len(self._wheel)
+        )
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._producer.flush(1)
+
+    def step(self) -> None:
+        messages = self._consumer.consume(num_messages=BATCH, timeout=self._wait_s())
+        now = now_ms()
+        self._refill(now)
+        step = _Step()
+        records = [m for m in messages if m.error() is None]
+        for message in records:
+            self._ingest(message, step)
+        due = self._wheel.advance(now_ms(), limit=BATCH)
+        for _, schedule_id in due:
+            self._dispatch(schedule_id, step)
+        if not step.open:
+            return
+        self._commit(step, offsets=bool(records))
+
+    # -- the transaction -------------------------------------------------------------------
+
+    def _commit(self, step: _Step, offsets: bool) -> None:
+        if offsets:
+            self._producer.send_offsets_to_transaction(
+                self._consumer.position(self._assignment),
+                self._consumer.consumer_group_metadata(),
+                self._timeout_s,
+            )
+        self._producer.commit_transaction(self._timeout_s)
+        batch = self._store.batch()
+        self._index.stage(batch, step.ordered)
+        self._store.write(batch)
+        for late in step.lateness_ms:
+            metrics.LATENESS.observe(late / 1000)
+        metrics.DELIVERED.inc(len(step.lateness_ms))
+        metrics.SCHEDULED.inc(step.scheduled)
+        metrics.CANCELLED.inc(step.cancelled)
+        metrics.INVALID.inc(step.invalid)
+        metrics.PENDING.set(self._index.count_pending())
+        metrics.DUE_BACKLOG.set(self._wheel.due_backlog())
+
+    def _open(self, step: _Step) -> None:
+        """Begin the step's transaction on its first write (idle steps cost no round trip)."""
+        if not step.open:
+            self._producer.begin_transaction()
+            step.open = True
+
+    def _produce(self, topic: str, key: bytes | str | None, value: bytes | None, **kw: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, **kw)
+                return
+            except BufferError:  # local queue full: let librdkafka send some first
+                self._producer.poll(0.01)
+
+    def _log(self, event: Event, record_id: str, target: str, **fields: Any) -> None:
+        value = log_record(event, record_id, target, node=self._node, **fields)
+        self._produce(self.topics.delivery_log, record_id, value)
+
+    def _state(self, step: _Step, record: Schedule) -> None:
+        self._produce(self.topics.schedules, record.schedule_id, record.encode())
+        step.put(record)
+
+    def _lookup(self, step: _Step, schedule_id: str) -> Schedule | None:
+        return step.records.get(schedule_id) or self._index.get(schedule_id)
+
+    # -- buffer topic in -------------------------------------------------------------------
+
+    def _ingest(self, message: Message, step: _Step) -> None:
+        self._open(step)
+        _, timestamp_ms = message.timestamp()
+        default_id = f"b{message.partition()}-{message.offset()}"
+        try:
+            request = parse(
+                message.headers(),
+                message.key(),
+                message.value(),
+                timestamp_ms,
+                default_id,
+                self._limits,
+            )
+            if isinstance(request, ScheduleRequest) and not self._topics.exists(request.target):
+                raise InvalidRecord(f"{TARGET} {request.target!r} does not exist")
+        except InvalidRecord as error:
+            self._reject(message, default_id, str(error), step)
+            return
+        if isinstance(request, CancelRequest):
+            self._cancel(request.schedule_id, step)
+        else:
+            self._schedule(request, message, timestamp_ms, step)
+
+    def _schedule(
+        self, request: ScheduleRequest, message: Message, enqueued_ms: int, step: _Step
+    ) -> None:
+        if self._lookup(step, request.schedule_id) is not None:
+            return  # the same id twice schedules once
+        record = Schedule(
+            request.schedule_id,
+            State.SCHEDULED,
+            request.target,
+            request.due_ms,
+            message.key(),
+            message.value(),
+            request.headers,
+            enqueued_ms,
+        )
+        self._state(step, record)
+        self._log(
+            Event.SCHEDULED,
+            record.schedule_id,
+            record.target,
+            due_ms=record.due_ms,
+            at_ms=now_ms(),
+            enqueued_ms=enqueued_ms,
+        )
+        step.scheduled += 1
+        if record.due_ms < self._loaded_until:
+            self._wheel.add(record.schedule_id, record.due_ms)
+
+    def _cancel(self, schedule_id: str, step: _Step) -> None:
+        current = self._lookup(step, schedule_id)
+        if current is not None and current.state is not State.SCHEDULED:
+            return  # delivered or cancelled already: nothing to undo
+        at = now_ms()
+        # A cancel that overtakes its schedule (other partition, or sent first) still wins.
+        record = (
+            current.settled(State.CANCELLED, at, "cancelled")
+            if current is not None
+            else Schedule(
+                schedule_id,
+                State.CANCELLED,
+                "",
+                0,
+                at_ms=at,
+                reason="cancelled before it was scheduled",
+            )
+        )
+        self._state(step, record)
+        self._log(
+            Event.CANCELLED,
+            schedule_id,
+            record.target,
+            due_ms=record.due_ms,
+            at_ms=at,
+            enqueued_ms=record.enqueued_ms or None,
+        )
+        self._wheel.remove(schedule_id)
+        step.cancelled += 1
+
+    def _reject(self, message: Message, default_id: str, reason: str, step: _Step) -> None:
+        headers = list(message.headers() or [])
+        self._produce(
+            self.topics.invalid,
+            message.key(),
+            message.value(),
+            headers=[*headers, ("kpd-error", reason.encode())],
+        )
+        target = next((v for k, v in headers if k == TARGET and v), b"")
+        self._log(
+            Event.INVALID,
+            default_id,
+            target.decode(errors="replace")[:249],
+            due_ms=None,
+            at_ms=now_ms(),
+            enqueued_ms=message.timestamp()[1],
+            reason=reason,
+        )
+        step.invalid += 1
+
+    # -- timers out ------------------------------------------------------------------------
+
+    def _dispatch(self, schedule_id: str, step: _Step) -> None:
+        schedule = self._lookup(step, schedule_id)
+        if schedule is None or schedule.state is not State.SCHEDULED:
+            return
+        self._open(step)
+        at = now_ms()
+        headers = [
+            *schedule.headers,
+            (ID, schedule_id.encode()),
+            (DELIVER_AT, str(schedule.due_ms).encode()),
+        ]
+        self._produce(schedule.target, schedule.key, schedule.value, headers=headers, timestamp=at)
+        self._state(step, schedule.settled(State.DELIVERED, at))
+        self._log(
+            Event.DELIVERED,
+            schedule_id,
+            schedule.target,
+            due_ms=schedule.due_ms,
+            at_ms=at,
+            enqueued_ms=schedule.enqueued_ms,
+            delivery_count=1,
+        )
+        step.lateness_ms.append(at - schedule.due_ms)
+
+    def _refill(self, now: int) -> None:
+        """Slide the in-memory window: load schedules due before now + WINDOW_MS from RocksDB."""
+        if now + WINDOW_MS // 2 < self._loaded_until:
+            return
+        horizon = now + WINDOW_MS
+        for due_ms, schedule_id in self._index.due_between(self._loaded_until, horizon):
+            self._wheel.add(schedule_id, due_ms)
+        self._loaded_until = horizon
+
+    def _wait_s(self) -> float:
+        """Sleep in the consumer until the next timer or the next window slide, at most 50 ms."""
+        now = now_ms()
+        wake = self._loaded_until - WINDOW_MS // 2
+        expiry = self._wheel.next_expiry_ms()
+        if expiry is not None:
+            wake = min(wake, expiry)
+        return min(max(wake - now, 0) / 1000, MAX_WAIT_S)

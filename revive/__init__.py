@@ -1,0 +1,1 @@
+"""Pop leases, acks, retry and dead-letter."""

@@ -1,0 +1,263 @@
+"""Kafka state records that make a ``PartitionLedger`` durable, and their replay.
+
+DESIGN principle 1: every lease change is first a record in a kpd state topic. Three kinds:
+
+* ``CheckpointRecord``: a pop batch was leased (``PartitionLedger.open_checkpoint``).
+* ``AckRecord``: one delivery ended (ack, nack, reject, revive) with an ``Outcome``.
+* ``DeadlineRecord``: one lease's deadline was changed.
+
+Encoding: msgpack array ``[version, kind, group, topic, partition, checkpoint_id, ...]``. Offsets
+are stored as the first offset plus deltas, and a contiguous batch as the first offset plus its
+length. Records of one ledger share the key (group, topic, partition), so keying the state topic
+by it keeps them in order on one partition.
+
+``apply(ledger, record)`` feeds one record through the same ledger methods the live leader
+called, with the record's own timestamps, so ``replay(records)`` on a fresh process rebuilds
+ledgers that answer exactly as the live ones did. A ledger starts at its first checkpoint's first
+offset; ack / deadline records whose checkpoint is unknown (retention removed its
+``CheckpointRecord``) answer ``invalid`` and change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import msgpack
+
+from revive.ledger import Outcome, PartitionLedger
+
+_VERSION = 1
+_KIND_CHECKPOINT = 1
+_KIND_ACK = 2
+_KIND_DEADLINE = 3
+
+LedgerKey = tuple[str, str, int]  # (group, source topic, partition)
+
+
+class InvalidStateRecord(ValueError):
+    """Bytes that are not a state record this version understands."""
+
+
+def _pack(kind: int, fields: list[object]) -> bytes:
+    return msgpack.packb([_VERSION, kind, *fields])
+
+
+def _unpack(data: bytes) -> tuple[int, list[object]]:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidStateRecord(f"state record must be bytes, got {type(data).__name__}")
+    try:
+        decoded = msgpack.unpackb(data, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise InvalidStateRecord(f"undecodable state record: {exc}") from exc
+    if not isinstance(decoded, list) or len(decoded) < 2:
+        raise InvalidStateRecord("state record is not a versioned array")
+    if decoded[0] != _VERSION:
+        raise InvalidStateRecord(f"unknown state record version {decoded[0]!r}")
+    return decoded[1], decoded[2:]
+
+
+def _check(fields: list[object], types: tuple[type, ...], what: str) -> None:
+    ok = len(fields) == len(types) and all(
+        # bool is an int subclass; refuse it so True never reads as offset 1.
+        isinstance(v, t) and not (t is int and isinstance(v, bool))
+        for v, t in zip(fields, types, strict=False)
+    )
+    if not ok:
+        raise InvalidStateRecord(f"malformed {what} record: {fields!r}")
+
+
+def _encode_offsets(offsets: Sequence[int]) -> int | list[int]:
+    deltas = [b - a for a, b in pairwise(offsets)]
+    if any(d <= 0 for d in deltas):
+        raise ValueError("checkpoint record offsets must be strictly increasing")
+    # A contiguous batch (the usual case) is stored as its length alone.
+    return len(offsets) if all(d == 1 for d in deltas) else deltas
+
+
+def _decode_offsets(first: int, deltas: int | list[int]) -> tuple[int, ...]:
+    if isinstance(deltas, int):
+        return tuple(range(first, first + deltas))
+    offsets = [first]
+    for delta in deltas:
+        if not isinstance(delta, int) or isinstance(delta, bool) or delta <= 0:
+            raise InvalidStateRecord(f"bad offset delta {delta!r}")
+        offsets.append(offsets[-1] + delta)
+    return tuple(offsets)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """A pop batch leased ``offsets`` of one partition until ``deadline_ms``."""
+
+    group: str
+    topic: str
+    partition: int
+    checkpoint_id: int
+    offsets: tuple[int, ...]
+    delivery_counts: tuple[int, ...]
+    deadline_ms: int
+    popped_at_ms: int
+
+    @property
+    def key(self) -> LedgerKey:
+        return (self.group, self.topic, self.partition)
+
+    def to_bytes(self) -> bytes:
+        if not self.offsets or len(self.offsets) != len(self.delivery_counts):
+            raise ValueError("a checkpoint record needs offsets and one count per offset")
+        return _pack(
+            _KIND_CHECKPOINT,
+            [
+                self.group,
+                self.topic,
+                self.partition,
+                self.checkpoint_id,
+                self.offsets[0],
+                _encode_offsets(self.offsets),
+                list(self.delivery_counts),
+                self.deadline_ms,
+                self.popped_at_ms,
+            ],
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CheckpointRecord:
+        record = decode_record(data)
+        if not isinstance(record, cls):
+            raise InvalidStateRecord(f"expected a checkpoint record, got {type(record).__name__}")
+        return record
+
+
+@dataclass(frozen=True, slots=True)
+class AckRecord:
+    """One delivery ended with ``outcome`` at ``at_ms``."""
+
+    group: str
+    topic: str
+    partition: int
+    checkpoint_id: int
+    offset: int
+    outcome: Outcome
+    at_ms: int
+
+    @property
+    def key(self) -> LedgerKey:
+        return (self.group, self.topic, self.partition)
+
+    def to_bytes(self) -> bytes:
+        return _pack(
+            _KIND_ACK,
+            [
+                self.group,
+                self.topic,
+                self.partition,
+                self.checkpoint_id,
+                self.offset,
+                int(self.outcome),
+                self.at_ms,
+            ],
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> AckRecord:
+        record = decode_record(data)
+        if not isinstance(record, cls):
+            raise InvalidStateRecord(f"expected an ack record, got {type(record).__name__}")
+        return record
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineRecord:
+    """One lease's deadline became ``deadline_ms``, decided at ``at_ms``."""
+
+    group: str
+    topic: str
+    partition: int
+    checkpoint_id: int
+    offset: int
+    deadline_ms: int
+    at_ms: int
+
+    @property
+    def key(self) -> LedgerKey:
+        return (self.group, self.topic, self.partition)
+
+    def to_bytes(self) -> bytes:
+        return _pack(
+            _KIND_DEADLINE,
+            [
+                self.group,
+                self.topic,
+                self.partition,
+                self.checkpoint_id,
+                self.offset,
+                self.deadline_ms,
+                self.at_ms,
+            ],
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> DeadlineRecord:
+        record = decode_record(data)
+        if not isinstance(record, cls):
+            raise InvalidStateRecord(f"expected a deadline record, got {type(record).__name__}")
+        return record
+
+
+StateRecord = CheckpointRecord | AckRecord | DeadlineRecord
+
+
+def decode_record(data: bytes) -> StateRecord:
+    """Decode any state record; ``InvalidStateRecord`` on anything else."""
+    kind, f = _unpack(data)
+    if kind == _KIND_CHECKPOINT:
+        _check(f, (str, str, int, int, int, int | list, list, int, int), "checkpoint")
+        offsets = _decode_offsets(f[4], f[5])
+        counts = f[6]
+        if len(offsets) != len(counts) or not offsets:
+            raise InvalidStateRecord("checkpoint record offsets and counts differ in length")
+        if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+            raise InvalidStateRecord("checkpoint record delivery counts must be ints")
+        return CheckpointRecord(f[0], f[1], f[2], f[3], offsets, tuple(counts), f[7], f[8])
+    if kind == _KIND_ACK:
+        _check(f, (str, str, int, int, int, int, int), "ack")
+        try:
+            outcome = Outcome(f[5])
+        except ValueError as exc:
+            raise InvalidStateRecord(f"unknown outcome {f[5]!r}") from exc
+        return AckRecord(f[0], f[1], f[2], f[3], f[4], outcome, f[6])
+    if kind == _KIND_DEADLINE:
+        _check(f, (str, str, int, int, int, int, int), "deadline")
+        return DeadlineRecord(*f)
+    raise InvalidStateRecord(f"unknown state record kind {kind!r}")
+
+
+def apply(ledger: PartitionLedger, record: StateRecord) -> str:
+    """Apply one record to its ledger; returns the status the live call returned."""
+    if isinstance(record, CheckpointRecord):
+        ledger.open_checkpoint(
+            record.checkpoint_id, record.offsets, record.delivery_counts, record.deadline_ms
+        )
+        return "ok"
+    if isinstance(record, AckRecord):
+        if record.outcome is Outcome.ACKED:
+            return ledger.ack(record.checkpoint_id, record.offset, record.at_ms)
+        return ledger.settle(record.checkpoint_id, record.offset, record.outcome)
+    return ledger.change_deadline(
+        record.checkpoint_id, record.offset, record.deadline_ms, record.at_ms
+    )
+
+
+def replay(records: Iterable[StateRecord]) -> dict[LedgerKey, PartitionLedger]:
+    """Rebuild every ledger from its state records, in log order."""
+    ledgers: dict[LedgerKey, PartitionLedger] = {}
+    for record in records:
+        ledger = ledgers.get(record.key)
+        if ledger is None:
+            if not isinstance(record, CheckpointRecord):
+                continue  # its checkpoint fell out of retention: nothing left to settle
+            ledger = ledgers[record.key] = PartitionLedger(record.offsets[0])
+        apply(ledger, record)
+    return ledgers

@@ -1,0 +1,422 @@
+"""PartitionLedger statuses, expiry, watermark, memory; state records and replay."""
+
+import copy
+import tracemalloc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from revive.ledger import Outcome, PartitionLedger
+from revive.records import (
+    AckRecord,
+    CheckpointRecord,
+    DeadlineRecord,
+    InvalidStateRecord,
+    apply,
+    decode_record,
+    replay,
+)
+
+
+def ledger_with(*batches, committed=100, deadline=1_000):
+    """A ledger with one checkpoint per batch of offsets; checkpoint ids 1, 2, ..."""
+    ledger = PartitionLedger(committed)
+    for cid, offsets in enumerate(batches, start=1):
+        ledger.open_checkpoint(cid, offsets, [cid] * len(offsets), deadline)
+    return ledger
+
+
+# --- statuses ---------------------------------------------------------------------------------
+
+
+def test_ack_statuses():
+    ledger = ledger_with([100, 101, 102])
+    assert ledger.ack(1, 100, now_ms=999) == "acked"
+    assert ledger.ack(1, 100, now_ms=999) == "already_acked"
+    assert ledger.ack(1, 101, now_ms=1_000) == "acked_late"  # deadline reached, not requeued
+    assert ledger.settle(1, 102, Outcome.REQUEUED) == "ok"
+    assert ledger.ack(1, 102, now_ms=10) == "superseded"
+    assert ledger.settle(1, 102, Outcome.DEAD_LETTERED) == "superseded"
+    assert ledger.settle(1, 100, Outcome.REQUEUED) == "already_acked"
+
+
+def test_invalid_receipts():
+    ledger = ledger_with([100, 102])
+    assert ledger.ack(1, 101, 0) == "invalid"  # gap offset, never leased
+    assert ledger.ack(1, 103, 0) == "invalid"
+    assert ledger.ack(2, 100, 0) == "invalid"  # unknown checkpoint
+    assert ledger.settle(7, 100, Outcome.REQUEUED) == "invalid"
+    assert ledger.change_deadline(1, 101, 5_000, 0) == "invalid"
+    assert ledger.in_flight() == 2
+
+
+def test_dead_lettered_is_superseded_for_acks():
+    ledger = ledger_with([100, 101])
+    assert ledger.settle(1, 100, Outcome.DEAD_LETTERED) == "ok"
+    assert ledger.ack(1, 100, 0) == "superseded"
+    assert ledger.change_deadline(1, 100, 9_000, 0) == "superseded"
+
+
+def test_dropped_checkpoint_still_answers_for_late_receipts():
+    ledger = ledger_with([100, 101], [102])
+    assert ledger.ack(1, 100, 0) == "acked"
+    assert ledger.settle(1, 101, Outcome.REQUEUED) == "ok"
+    assert ledger.ack(2, 102, 0) == "acked"
+    assert ledger.low_watermark(103) == 103  # both checkpoints dropped
+    assert ledger.ack(1, 100, 0) == "already_acked"
+    assert ledger.ack(1, 101, 5_000) == "superseded"  # retained: it requeued something
+    assert ledger.ack(2, 102, 0) == "already_acked"  # forgotten entirely: all acked
+    assert ledger.ack(3, 102, 0) == "invalid"  # never issued
+
+
+def test_retention_of_requeued_checkpoints_is_bounded():
+    ledger = PartitionLedger(0, retain_settled=2)
+    for cid in range(1, 5):
+        ledger.open_checkpoint(cid, [cid], [1], 0)
+        ledger.settle(cid, cid, Outcome.REQUEUED)
+    assert [ledger.ack(cid, cid, 0) for cid in range(1, 5)] == [
+        "already_acked",
+        "already_acked",
+        "superseded",
+        "superseded",
+    ]
+
+
+def test_open_checkpoint_validation():
+    ledger = ledger_with([100, 101])
+    with pytest.raises(ValueError):
+        ledger.open_checkpoint(1, [200], [1], 0)  # id not increasing
+    with pytest.raises(ValueError):
+        ledger.open_checkpoint(2, [101], [1], 0)  # offset already leased
+    with pytest.raises(ValueError):
+        ledger.open_checkpoint(2, [300, 300], [1, 1], 0)
+    with pytest.raises(ValueError):
+        ledger.open_checkpoint(2, [300, 299], [1, 1], 0)
+    with pytest.raises(ValueError):
+        ledger.open_checkpoint(2, [300], [1, 1], 0)
+    with pytest.raises(ValueError):
+        ledger.open_checkpoint(2, [300], [0], 0)
+    with pytest.raises(ValueError):
+        ledger.open_checkpoint(2, [], [], 0)
+    with pytest.raises(ValueError):
+        PartitionLedger(0).open_checkpoint(1, [5], [70_000], 0)
+    with pytest.raises(ValueError):
+        ledger_with(committed=100).open_checkpoint(1, [99], [1], 0)  # below committed
+
+
+def test_delivery_count():
+    ledger = PartitionLedger(0)
+    ledger.open_checkpoint(5, [0, 3, 9], [1, 4, 16], 0)
+    assert [ledger.delivery_count(5, o) for o in (0, 3, 9)] == [1, 4, 16]
+    with pytest.raises(KeyError):
+        ledger.delivery_count(5, 4)
+
+
+# --- expiry -----------------------------------------------------------------------------------
+
+
+def test_expired_reports_each_lease_once_in_deadline_order():
+    ledger = PartitionLedger(0)
+    ledger.open_checkpoint(1, [0, 1, 2], [1, 2, 3], 2_000)
+    ledger.open_checkpoint(2, [3, 4], [1, 1], 1_000)
+    ledger.ack(1, 1, 500)
+    assert ledger.expired(999) == []
+    assert ledger.expired(1_000) == [(2, 3, 1), (2, 4, 1)]
+    assert ledger.expired(1_500) == []
+    assert ledger.expired(5_000) == [(1, 0, 1), (1, 2, 3)]
+    assert ledger.expired(9_000) == []
+    assert ledger.in_flight() == 4  # reported but not yet settled by the revive loop
+    assert ledger.ack(2, 3, 5_000) == "acked_late"  # an ack racing the revive loop wins
+    assert ledger.settle(2, 3, Outcome.REQUEUED) == "already_acked"
+
+
+def test_extended_and_shortened_deadlines():
+    ledger = PartitionLedger(0)
+    ledger.open_checkpoint(1, [0, 1, 2], [1, 1, 1], 1_000)
+    assert ledger.change_deadline(1, 0, 5_000, now_ms=100) == "ok"
+    assert ledger.change_deadline(1, 1, 100, now_ms=100) == "ok"  # visible now
+    assert ledger.expired(100) == [(1, 1, 1)]
+    assert ledger.expired(1_000) == [(1, 2, 1)]
+    assert ledger.ack(1, 0, 4_999) == "acked"  # extension made it on time
+    assert ledger.expired(10_000) == []
+
+
+def test_extension_then_back_to_base_deadline():
+    ledger = PartitionLedger(0)
+    ledger.open_checkpoint(1, [0, 1], [1, 1], 1_000)
+    assert ledger.change_deadline(1, 0, 3_000, 10) == "ok"
+    assert ledger.change_deadline(1, 0, 1_000, 20) == "ok"
+    assert ledger.expired(1_000) == [(1, 0, 1), (1, 1, 1)]
+    assert ledger.expired(3_000) == []
+
+
+def test_expired_lease_cannot_be_extended():
+    ledger = PartitionLedger(0)
+    ledger.open_checkpoint(1, [0, 1], [1, 1], 1_000)
+    assert ledger.change_deadline(1, 0, 9_000, now_ms=1_000) == "superseded"
+    assert ledger.expired(1_000) == [(1, 0, 1), (1, 1, 1)]
+    assert ledger.settle(1, 0, Outcome.REQUEUED) == "ok"
+    assert ledger.change_deadline(1, 0, 9_000, now_ms=10) == "superseded"
+    assert ledger.ack(1, 1, 1_200) == "acked_late"
+    assert ledger.change_deadline(1, 1, 9_000, now_ms=10) == "already_acked"
+
+
+def test_expiry_uses_the_heap_not_a_scan():
+    ledger = PartitionLedger(0)
+    for cid in range(1, 1_001):
+        ledger.open_checkpoint(cid, [cid], [1], 10_000 + cid)
+    calls = 0
+    original = ledger._live.get
+
+    def counting_get(key, default=None):
+        nonlocal calls
+        calls += 1
+        return original(key, default)
+
+    ledger._live = type("D", (dict,), {"get": staticmethod(counting_get)})(ledger._live)
+    assert ledger.expired(10_003) == [(1, 1, 1), (2, 2, 1), (3, 3, 1)]
+    assert calls == 3  # only the due heap entries were looked at
+
+
+# --- low watermark ----------------------------------------------------------------------------
+
+
+def test_low_watermark_with_gaps_and_out_of_order_acks():
+    ledger = ledger_with([100, 101, 103], [106, 107], committed=100)
+    assert ledger.low_watermark(108) == 100
+    ledger.ack(2, 106, 0)
+    ledger.ack(1, 101, 0)
+    assert ledger.low_watermark(108) == 100
+    ledger.ack(1, 100, 0)
+    assert ledger.low_watermark(108) == 103
+    ledger.settle(1, 103, Outcome.REQUEUED)
+    assert ledger.low_watermark(108) == 107  # 104, 105 were never leased: settled
+    ledger.ack(2, 107, 0)
+    assert ledger.low_watermark(108) == 108
+    assert ledger.low_watermark(500) == 500
+    assert ledger.in_flight() == 0
+    with pytest.raises(ValueError):
+        ledger.low_watermark(107)
+
+
+@st.composite
+def ledger_scripts(draw):
+    """Batches of increasing (gapped) offsets, and a shuffled order in which to settle them."""
+    offset, batches = draw(st.integers(0, 50)), []
+    for _ in range(draw(st.integers(1, 8))):
+        offsets = []
+        for _ in range(draw(st.integers(1, 12))):
+            offset += draw(st.integers(1, 3))
+            offsets.append(offset)
+        batches.append(offsets)
+    leased = [(cid, o) for cid, offs in enumerate(batches, 1) for o in offs]
+    order = draw(st.permutations(leased))
+    outcomes = draw(st.lists(st.sampled_from(list(Outcome)), min_size=len(order)))
+    return batches, list(zip(order, outcomes, strict=False))
+
+
+@given(ledger_scripts())
+@settings(max_examples=300)
+def test_low_watermark_is_min_unsettled_offset(script):
+    batches, steps = script
+    ledger = ledger_with(*batches, committed=0)
+    cursor = batches[-1][-1] + 1 + len(batches)
+    unsettled = {o for offs in batches for o in offs}
+    assert ledger.low_watermark(cursor) == min(unsettled)
+    for (cid, offset), outcome in steps:
+        if outcome is Outcome.ACKED:
+            assert ledger.ack(cid, offset, 0) == "acked"
+        else:
+            assert ledger.settle(cid, offset, outcome) == "ok"
+        unsettled.discard(offset)
+        assert ledger.low_watermark(cursor) == min(unsettled, default=cursor)
+        assert ledger.in_flight() == len(unsettled)
+        assert ledger.ack(cid, offset, 0) == (
+            "already_acked" if outcome is Outcome.ACKED else "superseded"
+        )
+    assert len(ledger._order) == len(ledger._live) == 0  # settled checkpoints were dropped
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def _bytes_per_message(offsets_of_batch):
+    """Bytes held per leased message for 100 batches of 1,000 offsets near 10**12."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        ledger = PartitionLedger(10**12)
+        for cid in range(100):
+            offsets = offsets_of_batch(10**12 + cid * 4_000)
+            ledger.open_checkpoint(cid + 1, offsets, b"\x01" * len(offsets), 10**13)
+        for cid in range(100):  # acks flip bits and must not allocate per message either
+            for offset in offsets_of_batch(10**12 + cid * 4_000)[1::2]:
+                ledger.ack(cid + 1, offset, 0)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    assert ledger.in_flight() == 50_000
+    return grown / 100_000
+
+
+def test_contiguous_batches_cost_bits_per_message():
+    # A list of these offsets would cost >= 40 bytes each (pointer + int object).
+    assert _bytes_per_message(lambda first: range(first, first + 1_000)) < 4
+
+
+def test_gapped_batches_cost_a_few_bytes_per_message():
+    assert _bytes_per_message(lambda first: range(first, first + 3_000, 3)) < 16
+
+
+def test_extensions_are_stored_sparsely():
+    ledger = PartitionLedger(0)
+    ledger.open_checkpoint(1, range(1_000), [1] * 1_000, 1_000)
+    assert ledger._live[1].overrides is None
+    ledger.change_deadline(1, 7, 5_000, 0)
+    assert ledger._live[1].overrides == {7: 5_000}
+
+
+# --- state records and replay -----------------------------------------------------------------
+
+KEY = ("workers", "orders", 3)
+
+
+def test_record_round_trips():
+    records = [
+        CheckpointRecord(*KEY, 9, (10, 11, 12), (1, 1, 2), 5_000, 4_000),
+        CheckpointRecord(*KEY, 10, (13, 20, 21, 90), (3, 1, 1, 16), 5_000, 4_000),
+        CheckpointRecord("grüppe", "kpd.retry.grüppe", 0, 2**40, (2**50,), (1,), 2**45, 2**44),
+        AckRecord(*KEY, 9, 11, Outcome.ACKED, 4_500),
+        AckRecord(*KEY, 9, 12, Outcome.DEAD_LETTERED, 4_600),
+        DeadlineRecord(*KEY, 9, 10, 60_000, 4_700),
+    ]
+    for record in records:
+        data = record.to_bytes()
+        assert type(record).from_bytes(data) == record
+        assert decode_record(data) == record
+
+
+def test_contiguous_checkpoint_record_is_compact():
+    record = CheckpointRecord(*KEY, 1, tuple(range(10**12, 10**12 + 1_000)), (1,) * 1_000, 1, 0)
+    assert len(record.to_bytes()) < 1_100  # ~1 byte per delivery count, none per offset
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",
+        b"garbage that is not msgpack \xff\xff",
+        b"\x93\x01\x02\x03",  # [1, 2, 3]: too short for an ack
+        b"\x92\x09\x01",  # version 9
+        b"\x92\x01\x63",  # unknown kind 99
+        b"\x99\x01\x02\xa1g\xa1t\x00\x01\x02\x04\x05",  # outcome 4
+        b"\x99\x01\x02\xa1g\xa1t\x00\x01\xc3\x01\x05",  # offset True
+        "a str",
+        None,
+    ],
+)
+def test_garbage_records_raise_invalid_state_record(data):
+    with pytest.raises(InvalidStateRecord):
+        decode_record(data)
+    assert issubclass(InvalidStateRecord, ValueError)
+
+
+def test_from_bytes_checks_the_kind():
+    data = AckRecord(*KEY, 1, 2, Outcome.ACKED, 3).to_bytes()
+    with pytest.raises(InvalidStateRecord):
+        CheckpointRecord.from_bytes(data)
+    with pytest.raises(InvalidStateRecord):
+        DeadlineRecord.from_bytes(data)
+
+
+class RecordingLedger:
+    """Drives a live ledger and logs a state record for every accepted change, as the leader."""
+
+    def __init__(self, committed):
+        self.ledger = PartitionLedger(committed)
+        self.log = []
+
+    def open(self, cid, offsets, counts, deadline, now):
+        self.ledger.open_checkpoint(cid, offsets, counts, deadline)
+        self.log.append(CheckpointRecord(*KEY, cid, tuple(offsets), tuple(counts), deadline, now))
+
+    def ack(self, cid, offset, now):
+        status = self.ledger.ack(cid, offset, now)
+        if status in ("acked", "acked_late"):
+            self.log.append(AckRecord(*KEY, cid, offset, Outcome.ACKED, now))
+
+    def settle(self, cid, offset, outcome, now):
+        if self.ledger.settle(cid, offset, outcome) == "ok":
+            self.log.append(AckRecord(*KEY, cid, offset, outcome, now))
+
+    def extend(self, cid, offset, deadline, now):
+        if self.ledger.change_deadline(cid, offset, deadline, now) == "ok":
+            self.log.append(DeadlineRecord(*KEY, cid, offset, deadline, now))
+
+
+def _observe(ledger, probes, cursor, now):
+    """Everything a caller can see, asked of a copy so the ledger itself is left as is."""
+    ledger = copy.deepcopy(ledger)
+    seen = [ledger.in_flight(), ledger.low_watermark(cursor), ledger.expired(now)]
+    for cid, offset in probes:
+        try:
+            seen.append(ledger.delivery_count(cid, offset))
+        except KeyError:
+            seen.append(None)
+    seen += [ledger.ack(cid, offset, now) for cid, offset in probes]
+    return seen
+
+
+@given(st.data())
+@settings(max_examples=150)
+def test_replay_rebuilds_an_equivalent_ledger(data):
+    live = RecordingLedger(committed=10)
+    now, next_offset, cids = 0, 10, []
+    for _ in range(data.draw(st.integers(1, 40))):
+        now += data.draw(st.integers(0, 400))
+        action = data.draw(st.sampled_from(["open", "ack", "settle", "extend", "expire"]))
+        if action == "open" or not cids:
+            first = next_offset + data.draw(st.integers(0, 2))
+            offsets = sorted(data.draw(st.sets(st.integers(first, first + 8), min_size=1)))
+            counts = data.draw(st.lists(st.integers(1, 20), min_size=len(offsets)))
+            cids.append(len(cids) + 1)
+            live.open(cids[-1], offsets, counts[: len(offsets)], now + 1_000, now)
+            next_offset = offsets[-1] + 1
+            continue
+        cid = data.draw(st.sampled_from(cids))
+        offset = data.draw(st.integers(10, next_offset))
+        if action == "ack":
+            live.ack(cid, offset, now)
+        elif action == "settle":
+            live.settle(cid, offset, data.draw(st.sampled_from(list(Outcome))), now)
+        elif action == "extend":
+            live.extend(cid, offset, now + data.draw(st.integers(0, 3_000)), now)
+        else:
+            for expired_cid, expired_offset, _count in live.ledger.expired(now):
+                live.settle(expired_cid, expired_offset, Outcome.REQUEUED, now)
+
+    wire = [record.to_bytes() for record in live.log]
+    ledgers = replay(decode_record(b) for b in wire)
+    assert set(ledgers) == {KEY}
+    probes = [(cid, o) for cid in [*cids, len(cids) + 1] for o in range(9, next_offset + 1)]
+    for later in (now, now + 500, now + 5_000):
+        assert _observe(ledgers[KEY], probes, next_offset, later) == _observe(
+            live.ledger, probes, next_offset, later
+        )
+
+
+def test_replay_skips_records_of_unknown_ledgers_and_apply_returns_statuses():
+    ck = CheckpointRecord(*KEY, 1, (5, 6), (1, 1), 1_000, 0)
+    orphan = AckRecord("workers", "other", 0, 1, 5, Outcome.ACKED, 10)
+    ledgers = replay([orphan, ck, AckRecord(*KEY, 1, 5, Outcome.ACKED, 10)])
+    assert set(ledgers) == {KEY}
+    ledger = ledgers[KEY]
+    assert ledger.low_watermark(7) == 6
+    assert apply(ledger, AckRecord(*KEY, 1, 5, Outcome.ACKED, 20)) == "already_acked"
+    assert apply(ledger, DeadlineRecord(*KEY, 1, 6, 9_000, 20)) == "ok"
+    assert ledger.expired(8_999) == []
+    assert apply(ledger, AckRecord(*KEY, 1, 6, Outcome.REQUEUED, 30)) == "ok"
+    assert ledger.low_watermark(7) == 7
