@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import health, messages, schedules
+from api import health, messages, pop, schedules
 from api.body_limit import BodyLimit
 from api.problems import install_problem_handlers
 from sidecar.process import Sidecar
@@ -20,6 +20,7 @@ def create_app(sidecar: Sidecar) -> FastAPI:
         try:
             yield
         finally:
+            await sidecar.http.aclose()
             sidecar.stop()
 
     app = FastAPI(title="kpd", version="1", lifespan=lifespan)
@@ -29,4 +30,5 @@ def create_app(sidecar: Sidecar) -> FastAPI:
     app.include_router(health.router)
     app.include_router(messages.router)
     app.include_router(schedules.router)
+    app.include_router(pop.router)
     return app

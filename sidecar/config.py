@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -76,8 +77,9 @@ class Settings(BaseSettings):
         default_factory=lambda: os.uname().nodename[:64] or "kpd", pattern=NAME_PATTERN
     )
     data_dir: Path | None = None  # default: .kpd/data/<node_id>
+    advertised_url: str | None = Field(None, pattern=r"^https?://[^\s/]+(:\d+)?$")
     api_token: SecretStr | None = None
-    receipt_secret: SecretStr | None = None
+    receipt_secret: SecretStr | None = Field(None, min_length=16)
     log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     log_format: str = Field("console", pattern=r"^(console|json)$")
 
@@ -113,6 +115,14 @@ class Settings(BaseSettings):
         if self.data_dir is None:
             self.data_dir = Path(".kpd/data") / self.node_id
         return self
+
+    @property
+    def url(self) -> str:
+        """Where other sidecars reach this one's HTTP API (to forward pop-group calls)."""
+        if self.advertised_url:
+            return self.advertised_url
+        host = socket.gethostname() if self.http_host in ("0.0.0.0", "::") else self.http_host
+        return f"http://{host}:{self.http_port}"
 
     @property
     def state_dir(self) -> Path:

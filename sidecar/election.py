@@ -15,10 +15,13 @@ import threading
 
 import structlog
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from sidecar.metrics import IS_LEADER
 
 log = structlog.get_logger(__name__)
+
+CLIENT_PREFIX = "kpd-leader-candidate "
 
 
 class Election:
@@ -30,10 +33,14 @@ class Election:
         topic: str,
         group: str,
         session_timeout_ms: int,
+        advertised_url: str,
     ) -> None:
+        self._group = group
         self._consumer = Consumer(
             {
                 **client_config,
+                # Followers find the leader's HTTP address in its group membership.
+                "client.id": f"{CLIENT_PREFIX}{advertised_url}",
                 "group.id": group,
                 "session.timeout.ms": session_timeout_ms,
                 "heartbeat.interval.ms": max(100, session_timeout_ms // 4),
@@ -55,6 +62,16 @@ class Election:
             on_lost=self._revoked,
         )
         self._thread.start()
+
+    def leader_url(self, admin: AdminClient, timeout_s: float) -> str | None:
+        """The HTTP address of the member that holds the election partition, if any."""
+        futures = admin.describe_consumer_groups([self._group], request_timeout=timeout_s)
+        description = futures[self._group].result(timeout=timeout_s)
+        for member in description.members:
+            assignment = member.assignment.topic_partitions if member.assignment else []
+            if assignment and member.client_id.startswith(CLIENT_PREFIX):
+                return str(member.client_id[len(CLIENT_PREFIX) :])
+        return None
 
     def stop(self) -> None:
         """Leave the group (hands leadership over at once) after demoting this node."""

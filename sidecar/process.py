@@ -11,14 +11,18 @@ the leader loops until it loses leadership or stops. RocksDB thus has one writer
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
+import httpx
 import structlog
 from confluent_kafka import Message
 
 from delay_service.leader import DelayLeader
 from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
 from delay_service.schedules import Schedule, ScheduleIndex
+from revive.receipt import ReceiptCodec
+from revive.service import PopService
 from sidecar.async_producer import AsyncProducer
 from sidecar.config import Settings
 from sidecar.election import Election
@@ -32,6 +36,7 @@ from sidecar.topics import COMPACTED, TopicCache, TopicSpec, ensure_topics
 log = structlog.get_logger(__name__)
 
 LEADER_RETRY_S = 1.0
+LEADER_URL_TTL_S = 1.0
 
 
 class Sidecar:
@@ -50,6 +55,10 @@ class Sidecar:
         self._roles = threading.Thread(target=self._roles_loop, name="roles", daemon=True)
         self.election: Election | None = None
         self.follower: StateFollower | None = None
+        self.pop_service: PopService | None = None
+        self.http = httpx.AsyncClient()  # forwards pop-group calls to the leader
+        self._leader_url: tuple[float, str | None] = (0.0, None)
+        self._codec = ReceiptCodec(_receipt_secret(settings))
 
     def owned_topics(self) -> list[TopicSpec]:
         s = self.settings
@@ -59,6 +68,7 @@ class Sidecar:
             TopicSpec(s.delivery_log_topic),
             TopicSpec(s.state_topic("schedules"), COMPACTED),
             TopicSpec(s.state_topic("leader"), partitions=1),
+            TopicSpec(s.state_topic("pop-state")),
         ]
 
     def start(self) -> None:
@@ -90,6 +100,16 @@ class Sidecar:
     @property
     def is_leader(self) -> bool:
         return self.election is not None and self.election.is_leader
+
+    def leader_url(self) -> str | None:
+        """The leader's HTTP address, asked of the election group at most once a second."""
+        checked, url = self._leader_url
+        if self.election is None:
+            return None
+        if url is None or time.monotonic() - checked > LEADER_URL_TTL_S:
+            url = self.election.leader_url(self.admin, self.settings.kafka_timeout_ms / 1000)
+            self._leader_url = (time.monotonic(), url)
+        return url
 
     # -- roles -----------------------------------------------------------------------------
 
@@ -135,6 +155,7 @@ class Sidecar:
             s.state_topic("leader"),
             s.state_topic("leader"),
             s.election_session_timeout_ms,
+            s.url,
         )
         self.election.start()
 
@@ -149,11 +170,51 @@ class Sidecar:
             self.follower.poll_once(0.1)
 
     def _lead(self) -> None:
+        """Run both leader loops until leadership ends; any failure rebuilds both from Kafka."""
         assert self.follower is not None
-        leader = DelayLeader(self.settings, self.store, self.client_config)
+        delay = DelayLeader(self.settings, self.store, self.client_config)
+        pop = PopService(self.settings, self.client_config, self.admin, self._codec)
+        pop_failed = threading.Event()
+        leading = threading.Event()
+        pop_thread = threading.Thread(
+            target=self._serve_pops,
+            args=(pop, leading, pop_failed),
+            name="pop-service",
+            daemon=True,
+        )
         try:
-            leader.start(self.follower)
-            while not self._stopping.is_set() and self.is_leader:
-                leader.step()
+            delay.start(self.follower)
+            pop.start()
+            leading.set()
+            self.pop_service = pop
+            pop_thread.start()
+            while not self._stopping.is_set() and self.is_leader and not pop_failed.is_set():
+                delay.step()
+            if pop_failed.is_set():
+                raise RuntimeError("pop service failed")
         finally:
-            leader.close()
+            self.pop_service = None
+            leading.clear()
+            if pop_thread.is_alive():
+                pop_thread.join(timeout=30)
+            pop.close()
+            delay.close()
+
+    @staticmethod
+    def _serve_pops(pop: PopService, leading: threading.Event, failed: threading.Event) -> None:
+        try:
+            while leading.is_set():
+                pop.step()
+        except Exception:
+            log.exception("pop service failed")
+            failed.set()
+
+
+def _receipt_secret(settings: Settings) -> bytes:
+    if settings.receipt_secret is not None:
+        return settings.receipt_secret.get_secret_value().encode()
+    log.warning(
+        "KPD_RECEIPT_SECRET is not set: using a development secret; set the same secret "
+        "on every sidecar in production"
+    )
+    return b"kpd-development-receipt-secret"

@@ -1,0 +1,139 @@
+"""Read a pop group's topics from Kafka and sort the records into lanes.
+
+A *lane* is a stream of records handed out in offset order: one per partition of a popped topic,
+and, in the group's retry topic, one per (partition, origin topic), because the retry topic of a
+group carries retries of all its topics. Each lane has its own ledger (`revive.ledger`).
+
+One consumer per group, with the group's name as `group.id`, so the offsets the pop service
+commits (in its transactions) are the group's offsets that Kafka tooling shows. Partitions are
+assigned explicitly (never rebalanced among sidecars: only the leader reads).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
+from revive.copies import Origin
+
+PAUSE_AT = 5_000  # buffered records per partition before fetching pauses (bounds memory)
+RESUME_AT = 1_000
+LaneKey = tuple[str, int]  # (lane name, partition)
+
+
+def lane_name(source_topic: str, origin_topic: str) -> str:
+    """`orders` for originals; `kpd.retry.g/orders` for retries (no topic name has a `/`)."""
+    return source_topic if source_topic == origin_topic else f"{source_topic}/{origin_topic}"
+
+
+def source_topic(lane: str) -> str:
+    return lane.split("/", 1)[0]
+
+
+class GroupFetcher:
+    def __init__(
+        self,
+        group: str,
+        retry_topic: str,
+        client_config: dict[str, Any],
+        last_leased: Callable[[LaneKey], int],
+    ) -> None:
+        self.group, self.retry_topic = group, retry_topic
+        self.consumer = Consumer(
+            {
+                **client_config,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        self._last_leased = last_leased  # offsets up to it are known to the ledgers already
+        self.topics: set[str] = set()
+        self.assignment: list[TopicPartition] = []
+        self._lanes: dict[LaneKey, deque[Message]] = {}
+        self._by_origin: dict[str, list[LaneKey]] = {}  # origin topic -> its lanes
+        self._buffered: dict[tuple[str, int], int] = {}
+        self._paused: set[tuple[str, int]] = set()
+
+    def add_topic(self, topic: str, timeout_s: float) -> None:
+        """Start reading `topic` (and, the first time, the retry topic) from committed offsets."""
+        new = [t for t in (topic, self.retry_topic) if t not in self.topics]
+        if not new:
+            return
+        metadata = self.consumer.list_topics(timeout=timeout_s)
+        partitions = [
+            TopicPartition(t, p) for t in new for p in sorted(metadata.topics[t].partitions)
+        ]
+        committed = self.consumer.committed(partitions, timeout=timeout_s)
+        start = [
+            TopicPartition(
+                tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            )
+            for tp in committed
+        ]
+        self.consumer.incremental_assign(start)
+        self.assignment.extend(start)
+        self.topics.update(new)
+
+    def fetch(self) -> int:
+        """Move what the consumer has prefetched into lanes; never blocks."""
+        count = 0
+        for message in self.consumer.consume(num_messages=2_000, timeout=0):
+            if message.error() is not None:
+                continue
+            origin = Origin.of(message).topic if message.topic() == self.retry_topic else None
+            key = (lane_name(message.topic(), origin or message.topic()), message.partition())
+            if message.offset() <= self._last_leased(key):
+                continue  # leased before a restart: the ledger has it
+            lane = self._lanes.get(key)
+            if lane is None:
+                lane = self._lanes[key] = deque()
+                self._by_origin.setdefault(origin or message.topic(), []).append(key)
+            lane.append(message)
+            self._count((message.topic(), message.partition()), 1)
+            count += 1
+        return count
+
+    def take(self, topic: str, limit: int) -> list[tuple[LaneKey, Message]]:
+        """Up to `limit` records for pops of `topic`, retries first (they waited longest)."""
+        taken: list[tuple[LaneKey, Message]] = []
+        for key in sorted(self._by_origin.get(topic, ()), key=lambda k: "/" not in k[0]):
+            lane = self._lanes[key]
+            while lane and len(taken) < limit:
+                message = lane.popleft()
+                taken.append((key, message))
+                self._count((message.topic(), message.partition()), -1)
+        return taken
+
+    def available(self, topic: str, retries: bool) -> int:
+        """Buffered records for pops of `topic`: retry copies, or originals."""
+        lanes = self._by_origin.get(topic, ())
+        return sum(len(self._lanes[key]) for key in lanes if ("/" in key[0]) == retries)
+
+    def cursor(self, topic: str, partition: int) -> int:
+        """The next offset of this partition not yet handed out (buffered ones included)."""
+        heads = [
+            lane[0].offset()
+            for (name, p), lane in self._lanes.items()
+            if p == partition and lane and source_topic(name) == topic
+        ]
+        position = self.consumer.position([TopicPartition(topic, partition)])[0].offset
+        return min([*heads, position]) if position >= 0 else min(heads, default=-1)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def _count(self, tp: tuple[str, int], delta: int) -> None:
+        buffered = self._buffered.get(tp, 0) + delta
+        self._buffered[tp] = buffered
+        if buffered >= PAUSE_AT and tp not in self._paused:
+            self.consumer.pause([TopicPartition(*tp)])
+            self._paused.add(tp)
+        elif buffered <= RESUME_AT and tp in self._paused:
+            self.consumer.resume([TopicPartition(*tp)])
+            self._paused.discard(tp)

@@ -1,0 +1,16 @@
+"""Prometheus metrics of pop consumption."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+POPPED = Counter("kpd_pop_messages_total", "Messages handed out by pop (each delivery)")
+ACKED = Counter("kpd_pop_acked_total", "Deliveries acked")
+RETRIED = Counter("kpd_pop_retried_total", "Messages copied to a retry topic (nack or expiry)")
+DEAD_LETTERED = Counter("kpd_pop_dead_lettered_total", "Messages copied to a dead-letter topic")
+REQUEST_SECONDS = Histogram(
+    "kpd_pop_request_seconds",
+    "Time to answer pop-group calls (leader side)",
+    ["call"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5, 20),
+)

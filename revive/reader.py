@@ -1,0 +1,51 @@
+"""Re-read records by offset, to copy them to a retry or dead-letter topic.
+
+Leases keep only offsets (bits in a ledger), never payloads, so a message that must be copied is
+read again from Kafka, as RocketMQ's revive service does: cheap, since it is recent and cached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+
+class OffsetReader:
+    def __init__(self, client_config: dict[str, Any], timeout_s: float) -> None:
+        self._consumer = Consumer(
+            {
+                **client_config,
+                "group.id": "kpd-offset-reader",  # never commits; assign() only
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        self._timeout_s = timeout_s
+
+    def read(self, wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], Message]:
+        """Records at (topic, partition, offset); ones that no longer exist are left out."""
+        by_partition: dict[tuple[str, int], set[int]] = defaultdict(set)
+        for topic, partition, offset in wanted:
+            by_partition[(topic, partition)].add(offset)
+        found: dict[tuple[str, int, int], Message] = {}
+        for (topic, partition), offsets in by_partition.items():
+            self._consumer.assign([TopicPartition(topic, partition, min(offsets))])
+            last = max(offsets)
+            deadline = time.monotonic() + self._timeout_s
+            done = False
+            while not done and time.monotonic() < deadline:
+                for message in self._consumer.consume(num_messages=1_000, timeout=0.1):
+                    if message.error() is not None:
+                        continue
+                    if message.offset() in offsets:
+                        found[(topic, partition, message.offset())] = message
+                    done = done or message.offset() >= last
+            self._consumer.unassign()
+        return found
+
+    def close(self) -> None:
+        self._consumer.close()
