@@ -1,4 +1,8 @@
-"""Reject request bodies over the limit with 413 before they are read into memory."""
+"""Reject request bodies over the limit with 413 before they are read into memory.
+
+FastAPI's own `max_body_size` answers `text/plain`; every kpd error is RFC 9457 problem JSON
+with a stable `code`, hence this small middleware.
+"""
 
 from __future__ import annotations
 

@@ -54,6 +54,12 @@ class MessageIn(BaseModel):
                 base64.b64decode(self.value_b64, validate=True)
             except (binascii.Error, ValueError):
                 raise ValueError("value_b64 is not valid base64") from None
+        texts = [self.key, self.value, *(self.headers or {}), *(self.headers or {}).values()]
+        for text in texts:
+            try:
+                (text or "").encode()
+            except UnicodeEncodeError:  # JSON allows lone surrogates like "\ud800"; UTF-8 not
+                raise ValueError("key, value and headers must be valid Unicode text") from None
         if self.headers and CONTROL_HEADERS & set(self.headers):
             raise ValueError(f"headers may not set kpd control headers {sorted(CONTROL_HEADERS)}")
         if self.id is not None and self.delay_ms is None and self.deliver_at_ms is None:
@@ -117,6 +123,19 @@ async def produce(
                 field=f"messages.{index}",
                 max_bytes=settings.max_record_bytes,
             )
+    if topic in (".", ".."):  # the pattern lets these through; Kafka never names a topic so
+        raise Problem(
+            422,
+            "invalid_request",
+            "request failed validation",
+            errors=[{"field": "path.topic", "message": f"{topic!r} is not a valid topic name"}],
+        )
+    if topic in {spec.name for spec in sidecar.owned_topics()}:
+        # Writing kpd's own topics (state, buffer, logs) over HTTP would corrupt or loop.
+        error = ProduceResult(
+            status="error", code="kpd_topic", detail=f"topic {topic!r} belongs to kpd"
+        )
+        return ProduceResponse(results=[error] * len(body.messages))
     exists = await asyncio.to_thread(sidecar.topic_cache.exists, topic)
     if not exists:
         error = ProduceResult(

@@ -378,11 +378,11 @@ class PopService:
         if status != OK:
             return {"status": status}
         self._record(txn, AckRecord(*key, cp, offset, outcome, now))
-        delay = (
-            int(argument)
-            if argument is not None
-            else group.backoff_ms[min(receipt.delivery_count, len(group.backoff_ms)) - 1]
-        )
+        delay = 0
+        if kind == "nack" and reason is None:
+            # Without delay_ms, the group's backoff for this delivery (the last one repeats).
+            backoff = group.backoff_ms[min(receipt.delivery_count, len(group.backoff_ms)) - 1]
+            delay = backoff if argument is None else int(argument)
         txn.copies.append(_Copy(key, offset, receipt.delivery_count, reason, delay))
         return {"status": "requeued" if reason is None else "dead_lettered"}
 

@@ -6,6 +6,8 @@ answers, running testcontainers' Kafka (KRaft); else the local broker of `kpd ka
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -62,10 +64,15 @@ def broker_for_tests(env: Mapping[str, str], local_home: Path) -> Iterator[str]:
         with KafkaContainer(KAFKA_IMAGE).with_kraft() as container:
             yield container.get_bootstrap_server()
     else:
-        broker = LocalKafka(home=local_home, port=free_port())
-        broker.stop()  # a broker left over by an interrupted run
-        broker.wipe()
+        # One folder per test session (by pid), so parallel sessions never touch each other's
+        # broker; folders of sessions that died are stopped and removed first.
+        for stale in local_home.glob("session-*"):
+            if not Path(f"/proc/{stale.name.removeprefix('session-')}").exists():
+                LocalKafka(home=stale).stop()
+                shutil.rmtree(stale, ignore_errors=True)
+        broker = LocalKafka(home=local_home / f"session-{os.getpid()}", port=free_port())
         try:
             yield broker.start()
         finally:
             broker.stop()
+            broker.wipe()

@@ -95,6 +95,8 @@ class Sidecar:
             reasons.append("leader not known yet")
         if self.follower is None or not self.follower.caught_up:
             reasons.append("state not caught up yet")
+        if self.is_leader and self.pop_service is None:
+            reasons.append("taking over leadership")
         return reasons
 
     @property

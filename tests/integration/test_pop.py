@@ -1,0 +1,417 @@
+"""Pop consumption over real HTTP against real Kafka: leases, acks, revive, retry and DLQ."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from conftest import unique, wait_for
+
+from api.client import KpdClient, run_worker
+
+
+def produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, value.encode(), key=value.encode())
+    assert producer.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 30) -> list:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{topic}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    found: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(found) < expected and time.monotonic() < deadline:
+        found += [m for m in consumer.consume(100, timeout=0.2) if m.error() is None]
+    consumer.close()
+    return found
+
+
+def pop_until(kpd: KpdClient, group: str, topic: str, count: int, **kw) -> list:
+    got: list = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        got += kpd.pop(group, topic, max_messages=count - len(got), wait_ms=2000, **kw)
+    return got
+
+
+# Every group gets 1.5 s backoff and 3 deliveries, so retry paths finish quickly.
+FAST_groupS = {"group_defaults__backoff_ms": "[1500]", "group_defaults__max_deliveries": "3"}
+
+
+@pytest.fixture
+def leader(sidecar_factory):
+    return sidecar_factory("a", **FAST_groupS).start()
+
+
+@pytest.fixture
+def group() -> str:
+    """A group of its own per test, so its retry and DLQ topics are the test's own too."""
+    return unique("g")
+
+
+def test_concurrent_workers_never_share_a_message_and_all_are_acked_once(
+    leader, group, new_topic, kafka_bootstrap
+) -> None:
+    topic = new_topic(partitions=3)
+    values = [f"m{i}" for i in range(300)]
+    produce(kafka_bootstrap, topic, values)
+    held: dict[str, str] = {}  # value -> worker holding it now
+    overlaps: list[str] = []
+    acked: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        with KpdClient(leader.url) as kpd:
+            while True:
+                with lock:
+                    if sum(acked.values()) >= len(values):
+                        return
+                batch = kpd.pop(group, topic, max_messages=7, invisible_ms=60_000, wait_ms=500)
+                with lock:
+                    for m in batch:
+                        if m.value.decode() in held:
+                            overlaps.append(m.value.decode())
+                        held[m.value.decode()] = name
+                results = kpd.ack(group, [m.receipt for m in batch]) if batch else []
+                with lock:
+                    for m, r in zip(batch, results, strict=True):
+                        del held[m.value.decode()]
+                        if r["status"] == "acked":
+                            acked[m.value.decode()] += 1
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert overlaps == []
+    assert set(acked) == set(values)
+    assert max(acked.values()) == 1
+
+
+def test_lease_expiry_redelivers_with_next_count_and_supersedes_old_receipt(
+    leader, group, new_topic, kafka_bootstrap
+) -> None:
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["only"])
+    with leader.client() as http, KpdClient(leader.url) as kpd:
+        [first] = pop_until(kpd, group, topic, 1, invisible_ms=1000)
+        assert first.delivery_count == 1
+        assert kpd.pop(group, topic, wait_ms=0) == []  # invisible to others meanwhile
+        [second] = pop_until(kpd, group, topic, 1, invisible_ms=30_000)
+        assert second.delivery_count == 2
+        assert (second.topic, second.partition, second.offset) == (topic, 0, 0)
+        assert time.time() * 1000 >= first.invisible_until_ms
+        assert kpd.ack(group, [first.receipt])[0]["status"] == "superseded"
+        # The stale receipt did not touch the new delivery:
+        assert kpd.ack(group, [second.receipt])[0]["status"] == "acked"
+        assert kpd.ack(group, [second.receipt])[0]["status"] == "already_acked"
+        assert "kpd_pop_retried_total" in http.get("/metrics").text
+
+
+def test_nack_with_delay_and_with_group_backoff(leader, group, new_topic, kafka_bootstrap) -> None:
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["a", "b"])
+    with KpdClient(leader.url) as kpd:
+        popped = pop_until(kpd, group, topic, 2)
+        by_value = {m.value: m for m in popped}
+        nacked_at = time.time() * 1000
+        assert kpd.nack(group, [by_value[b"a"].receipt], delay_ms=1000)[0]["status"] == "requeued"
+        assert kpd.nack(group, [by_value[b"b"].receipt])[0]["status"] == "requeued"  # 1500 ms
+        back = pop_until(kpd, group, topic, 2)
+        assert {m.value: m.delivery_count for m in back} == {b"a": 2, b"b": 2}
+        # Retries come through the delay service: never before the nack delay / backoff.
+        assert min(m.timestamp_ms for m in back) >= nacked_at
+        first_back = {m.value: m for m in back}
+        assert first_back[b"a"].headers == {} or "kpd-origin-topic" not in first_back[b"a"].headers
+        retry_records = read_all(
+            leader.bootstrap if hasattr(leader, "bootstrap") else kafka_bootstrap,
+            f"kpd.retry.{group}",
+            2,
+        )
+        due = {r.key(): int(dict(r.headers())["kpd-deliver-at"]) for r in retry_records}
+        assert due[b"a"] >= nacked_at + 1000
+        assert due[b"b"] >= nacked_at + 1500
+        for record in retry_records:
+            assert record.timestamp()[1] >= due[record.key()]  # never early
+
+
+def test_extend_keeps_a_message_invisible(leader, group, new_topic, kafka_bootstrap) -> None:
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["slow"])
+    with KpdClient(leader.url) as kpd:
+        [message] = pop_until(kpd, group, topic, 1, invisible_ms=1000)
+        [result] = kpd.extend(group, [message.receipt], 4000)
+        assert (
+            result["status"] == "ok" and result["invisible_until_ms"] > message.invisible_until_ms
+        )
+        assert kpd.pop(group, topic, wait_ms=2000) == []  # past the first lease, still hidden
+        assert kpd.ack(group, [message.receipt])[0]["status"] == "acked"
+
+
+def test_reject_and_max_deliveries_go_to_the_dlq(leader, group, new_topic, kafka_bootstrap) -> None:
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["bad", "tired"])
+    with KpdClient(leader.url) as kpd:
+        by_value = {m.value: m for m in pop_until(kpd, group, topic, 2)}
+        [rejected] = kpd.reject(group, [by_value[b"bad"].receipt], reason="cannot parse")
+        assert rejected["status"] == "dead_lettered"
+        receipt = by_value[b"tired"].receipt
+        for count in (1, 2):
+            assert kpd.nack(group, [receipt], delay_ms=0)[0]["status"] == "requeued"
+            [again] = pop_until(kpd, group, topic, 1)
+            assert again.delivery_count == count + 1
+            receipt = again.receipt
+        assert kpd.nack(group, [receipt])[0]["status"] == "dead_lettered"
+        assert kpd.group(group)["dead_lettered"] == 2
+    dead = {m.key(): dict(m.headers()) for m in read_all(kafka_bootstrap, f"kpd.dlq.{group}", 2)}
+    assert dead[b"bad"]["kpd-dlq-reason"] == b"rejected: cannot parse"
+    assert dead[b"tired"]["kpd-dlq-reason"] == b"max deliveries (3) reached"
+    assert dead[b"tired"]["kpd-delivery-count"] == b"3"
+    for headers in dead.values():
+        assert headers["kpd-origin-topic"] == topic.encode()
+        assert headers["kpd-origin-partition"] == b"0"
+    assert {dead[b"bad"]["kpd-origin-offset"], dead[b"tired"]["kpd-origin-offset"]} == {b"0", b"1"}
+
+
+def test_forged_malformed_and_foreign_receipts_change_nothing(
+    leader, group, new_topic, kafka_bootstrap
+) -> None:
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["x"])
+    with KpdClient(leader.url) as kpd:
+        [message] = pop_until(kpd, group, topic, 1, invisible_ms=30_000)
+        receipt = message.receipt
+        forged = receipt[:-2] + ("A" if receipt[-2] != "A" else "B") + receipt[-1]
+        hostile = [forged, "", "x" * 600, "../../etc/passwd", "ünïcödé", receipt + "="]
+        for status in kpd.ack(group, [r for r in hostile if r]):
+            assert status["status"] == "invalid"
+        assert kpd.ack("other-group", [receipt])[0]["status"] == "invalid"
+        assert kpd.nack(group, [forged])[0]["status"] == "invalid"
+        assert kpd.extend(group, [forged], 1000)[0]["status"] == "invalid"
+        assert kpd.reject(group, [forged])[0]["status"] == "invalid"
+        # Nothing happened to the real lease:
+        assert kpd.ack(group, [receipt])[0]["status"] == "acked"
+
+
+def test_long_poll_answers_as_soon_as_a_message_arrives(leader, group, new_topic, kafka_bootstrap):
+    topic = new_topic()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
+    producer.list_topics(topic, timeout=10)  # connected before timing starts
+    with KpdClient(leader.url) as kpd:
+        assert kpd.pop(group, topic, wait_ms=300) == []  # the group reads the topic from now on
+        latencies = []
+        for i in range(7):
+            answer: list = []
+            started = threading.Event()
+
+            def waiting_pop(answer=answer, started=started) -> None:
+                started.set()
+                answer.append((kpd.pop(group, topic, wait_ms=10_000), time.time()))
+
+            thread = threading.Thread(target=waiting_pop)
+            thread.start()
+            started.wait()
+            time.sleep(0.2)  # let the pop be parked: this is setup, not synchronisation
+            producer.produce(topic, f"wake{i}".encode())
+            producer.flush(10)
+            thread.join(timeout=15)
+            [(messages, answered_at)] = answer
+            assert [m.value for m in messages] == [f"wake{i}".encode()]
+            kpd.ack(group, [messages[0].receipt])
+            # From the producer's send (the record's CreateTime) to the pop's answer.
+            latencies.append(answered_at - messages[0].timestamp_ms / 1000)
+    latencies.sort()
+    print(f"long-poll wake latency after produce: {[round(x * 1000) for x in latencies]} ms")
+    assert latencies[len(latencies) // 2] < 0.05  # median within 50 ms
+    assert latencies[-1] < 1.0  # and never near the 10 s timeout
+
+
+def test_restart_honours_leases_and_never_redelivers_acked(
+    sidecar_factory, group, new_topic, kafka_bootstrap
+) -> None:
+    sidecar = sidecar_factory("a").start()
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"r{i}" for i in range(10)])
+    with KpdClient(sidecar.url) as kpd:
+        popped = pop_until(kpd, group, topic, 10, invisible_ms=8000)
+        acked = popped[:5]
+        assert {r["status"] for r in kpd.ack(group, [m.receipt for m in acked])} == {"acked"}
+        lease_end = max(m.invisible_until_ms for m in popped)
+    assert sidecar.terminate(signal.SIGTERM) == 0
+    sidecar.start()
+    with KpdClient(sidecar.url) as kpd:
+        early = kpd.pop(group, topic, max_messages=10, wait_ms=1500)
+        if time.time() * 1000 < lease_end - 100:
+            assert early == [], "a lease granted before the restart was broken"
+        back = early + pop_until(kpd, group, topic, 5 - len(early), invisible_ms=30_000)
+        assert time.time() * 1000 >= lease_end - 1  # not before the old leases ended
+        assert sorted(m.value for m in back) == sorted(m.value for m in popped[5:])
+        assert {m.delivery_count for m in back} == {2}
+        assert kpd.pop(group, topic, wait_ms=500) == []  # acked ones never come back
+        # Receipts of the lease before the restart: superseded now, not acked.
+        assert kpd.ack(group, [popped[5].receipt])[0]["status"] == "superseded"
+
+
+def test_committed_offsets_are_the_settled_low_watermark(
+    leader, group, new_topic, kafka_bootstrap, admin
+) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"c{i}" for i in range(10)])
+
+    def committed() -> int:
+        futures = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
+        )
+        return futures[group].result().topic_partitions[0].offset
+
+    with KpdClient(leader.url) as kpd:
+        popped = sorted(
+            pop_until(kpd, group, topic, 10, invisible_ms=60_000), key=lambda m: m.offset
+        )
+        assert [m.offset for m in popped] == list(range(10))
+        kpd.ack(group, [popped[i].receipt for i in (0, 1, 2, 5)])
+        wait_for(lambda: committed() == 3, 10, "committed offset 3")
+        kpd.ack(group, [popped[i].receipt for i in (3, 4)])
+        wait_for(lambda: committed() == 6, 10, "committed offset 6 (5 was already acked)")
+        kpd.reject(group, [popped[6].receipt])
+        kpd.nack(group, [popped[7].receipt], delay_ms=60_000)
+        wait_for(lambda: committed() == 8, 10, "rejected and nacked ones count as settled")
+        stats = kpd.group(group)["topics"][topic]
+        assert stats["in_flight"] == 2
+        assert stats["partitions"]["0"]["committed"] == 8
+
+
+def test_poison_message_does_not_block_others(leader, group, new_topic, kafka_bootstrap) -> None:
+    topic = new_topic()
+    values = ["poison"] + [f"ok{i}" for i in range(30)]
+    produce(kafka_bootstrap, topic, values)
+    handled: Counter[bytes] = Counter()
+    stop = threading.Event()
+
+    def handler(message) -> None:
+        handled[message.value] += 1
+        if sum(v for k, v in handled.items() if k != b"poison") >= 30 and handled[b"poison"] >= 3:
+            stop.set()
+        if message.value == b"poison":
+            raise ValueError("cannot handle")
+
+    with KpdClient(leader.url) as kpd:
+        # `fast`: backoff 1.5 s, 3 deliveries; the worker nacks the poison each time.
+        thread = threading.Thread(
+            target=run_worker,
+            args=(kpd, group, topic, handler),
+            kwargs={"stop": stop, "wait_ms": 500, "invisible_ms": 5000},
+        )
+        thread.start()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the worker did not finish"
+    assert all(handled[f"ok{i}".encode()] == 1 for i in range(30))
+    assert handled[b"poison"] == 3
+    [dead] = read_all(kafka_bootstrap, f"kpd.dlq.{group}", 1)
+    assert dead.value() == b"poison"
+
+
+def test_worker_extends_leases_of_slow_handlers(leader, group, new_topic, kafka_bootstrap) -> None:
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["long-job"])
+    stop = threading.Event()
+    calls: list[int] = []
+
+    def slow(message) -> None:
+        calls.append(message.delivery_count)
+        # Outlive the 1.5 s invisible time several times over; the worker must keep extending.
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            with KpdClient(leader.url) as other:
+                assert other.pop(group, topic, wait_ms=0) == [], "lease lapsed while working"
+            time.sleep(0.2)
+        stop.set()
+
+    with KpdClient(leader.url) as kpd:
+        run_worker(kpd, group, topic, slow, invisible_ms=1500, wait_ms=1000, stop=stop)
+        assert calls == [1]
+        assert kpd.pop(group, topic, wait_ms=2000) == []  # acked after the long run
+
+
+def test_auth_size_and_validation_errors(sidecar_factory, group, new_topic) -> None:
+    sidecar = sidecar_factory("a", api_token="t0ken-for-tests", max_request_bytes="2048").start()
+    topic = new_topic()
+    pop_path = f"/v1/groups/{group}/topics/{topic}/pop"
+    with sidecar.client() as http:
+        assert http.get("/healthz").status_code == 200  # health needs no token
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": "t0ken-for-tests"},
+        ):
+            answer = http.post(pop_path, json={}, headers=headers)
+            assert answer.status_code == 401
+            assert answer.json()["code"] == "unauthorized"
+            assert answer.headers["www-authenticate"] == "Bearer"
+        auth = {"Authorization": "Bearer t0ken-for-tests"}
+        assert http.post(pop_path, json={}, headers=auth).status_code == 200
+        big = http.post(f"/v1/groups/{group}/ack", json={"receipts": ["r" * 3000]}, headers=auth)
+        assert big.status_code == 413 and big.json()["code"] == "request_too_large"
+        bad_bodies = [
+            ({"max_messages": 0}, "max_messages"),
+            ({"max_messages": 1001}, "max_messages"),
+            ({"invisible_ms": 999}, "invisible_ms"),
+            ({"invisible_ms": 43_200_001}, "invisible_ms"),
+            ({"wait_ms": 20_001}, "wait_ms"),
+            ({"wait_ms": -1}, "wait_ms"),
+            ({"max_messages": "ten"}, "max_messages"),
+            ({"unexpected": 1}, "unexpected"),
+        ]
+        for body, field in bad_bodies:
+            answer = http.post(pop_path, json=body, headers=auth)
+            assert answer.status_code == 422, body
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert any(field in e["field"] for e in answer.json()["errors"]), answer.json()
+        bounds = http.post(pop_path, json={"max_messages": 0}, headers=auth).json()["errors"][0]
+        assert bounds["bounds"] == {"ge": 1}
+        for path, body in [
+            (f"/v1/groups/{group}/ack", {"receipts": []}),
+            (f"/v1/groups/{group}/nack", {"items": [{"receipt": "r", "delay_ms": -5}]}),
+            (f"/v1/groups/{group}/leases", {"items": [{"receipt": "r"}]}),
+            (f"/v1/groups/{group}/reject", {"items": "nope"}),
+            ("/v1/groups/bad%20group/ack", {"receipts": ["r"]}),
+        ]:
+            assert http.post(path, json=body, headers=auth).status_code == 422, path
+        garbage = http.post(
+            pop_path, content=b"{not json", headers={**auth, "content-type": "application/json"}
+        )
+        assert garbage.status_code == 422
+        missing = http.post(f"/v1/groups/{group}/topics/no-such-topic/pop", json={}, headers=auth)
+        assert missing.status_code == 404 and missing.json()["code"] == "topic_not_found"
+
+
+def test_follower_forwards_pop_calls_to_the_leader(
+    sidecar_factory, group, new_topic, kafka_bootstrap
+):
+    a = sidecar_factory("a").start()
+    b = sidecar_factory("b").start()
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["via-follower"])
+    with KpdClient(a.url) as via_a, KpdClient(b.url) as via_b:
+        leader_node = via_a.group(group)["node"]
+        assert via_b.group(group)["node"] == leader_node  # both answer from the leader
+        follower = via_b if leader_node == "a" else via_a
+        [message] = pop_until(follower, group, topic, 1)
+        assert message.value == b"via-follower"
+        assert follower.ack(group, [message.receipt])[0]["status"] == "acked"
