@@ -20,5 +20,5 @@ RUN apt-get update \
 RUN pip install --no-cache-dir '.[audit]'
 # Fetch Spark's Kafka connector once, at build time, into the image's cache.
 ENV KPD_CACHE_DIR=/opt/kpd-cache
-RUN python -c "import spark.audit as a; a.connector_jars()"
+RUN python -c "import pyspark, spark.audit as a; a.connector_jars(pyspark.__version__)"
 CMD ["kpd", "audit", "--bootstrap", "kafka:9092", "--out", "/reports"]

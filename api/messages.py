@@ -136,7 +136,9 @@ async def produce(
             status="error", code="kpd_topic", detail=f"topic {topic!r} belongs to kpd"
         )
         return ProduceResponse(results=[error] * len(body.messages))
-    exists = await asyncio.to_thread(sidecar.topic_cache.exists, topic)
+    exists = sidecar.topic_cache.known(topic) or await asyncio.to_thread(
+        sidecar.topic_cache.exists, topic
+    )
     if not exists:
         error = ProduceResult(
             status="error", code="unknown_topic", detail=f"topic {topic!r} does not exist"

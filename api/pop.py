@@ -11,6 +11,7 @@ import time
 from typing import Annotated, Any
 
 import httpx
+import orjson
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -83,13 +84,16 @@ async def pop(
     service = await _leader_service(request, sidecar)
     if service is None:
         return await _forward(request, sidecar)
-    if not await asyncio.to_thread(sidecar.topic_cache.exists, topic):
+    if not (
+        sidecar.topic_cache.known(topic)
+        or await asyncio.to_thread(sidecar.topic_cache.exists, topic)
+    ):
         raise Problem(404, "topic_not_found", f"topic {topic!r} does not exist")
     invisible_ms = body.invisible_ms or sidecar.settings.group(group).invisible_ms
     now = time.time_ns() // 1_000_000
     call = PopRequest(group, topic, body.max_messages, invisible_ms, now + body.wait_ms)
     messages = await _answer(service, call, "pop", timeout_s=body.wait_ms / 1000 + 30)
-    return {"messages": messages}
+    return _json({"messages": messages})
 
 
 async def _settle(
@@ -99,7 +103,7 @@ async def _settle(
     if service is None:
         return await _forward(request, sidecar)
     results = await _answer(service, SettleRequest(kind, group, items), kind, timeout_s=30)
-    return {"results": results}
+    return _json({"results": results})
 
 
 @router.post("/{group}/ack")
@@ -160,6 +164,12 @@ async def group_stats(
         "node": sidecar.settings.node_id,
         **stats,
     }
+
+
+def _json(payload: dict[str, Any]) -> Response:
+    """Serialise plain dicts with orjson: FastAPI's generic encoder costs ~µs per field, which
+    adds up to milliseconds for a pop of 1000 messages."""
+    return Response(orjson.dumps(payload), media_type="application/json")
 
 
 async def _answer(service: PopService, call: Any, name: str, timeout_s: float) -> Any:

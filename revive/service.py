@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from revive import metrics
 from revive.copies import Origin, copy_headers, previous_deliveries, user_headers
@@ -39,6 +39,7 @@ from revive.records import (
 )
 from sidecar.config import GroupSettings, Settings
 from sidecar.delivery_log import Event, log_record
+from sidecar.kafka_clients import transactional_producer
 from sidecar.topics import TopicSpec, ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -109,17 +110,10 @@ class PopService:
         self._ledgers: dict[LedgerKey, PartitionLedger] = {}
         self._last_leased: dict[LedgerKey, int] = {}
         self._next_checkpoint = 1
-        self._producer = Producer(
-            {
-                **client_config,
-                "transactional.id": settings.state_topic("pop-leader"),
-                "transaction.timeout.ms": 30_000,
-                "linger.ms": 1,
-                "partitioner": "murmur2_random",
-            }
-        )
+        self._producer = transactional_producer(client_config, settings.state_topic("pop-leader"))
         self._reader = OffsetReader(client_config, self._timeout_s)
         self.dead_lettered: dict[str, int] = {}
+        self._committed: dict[tuple[str, str, int], int] = {}  # last offsets sent per group
 
     # -- called from HTTP handlers (any thread) --------------------------------------------
 
@@ -496,8 +490,11 @@ class PopService:
                     if g == group and p == tp.partition and source_topic(lane) == tp.topic:
                         floor = self._last_leased.get((g, lane, p), -1) + 1
                         marks.append(ledger.low_watermark(max(cursor, floor)))
-                offsets.append(TopicPartition(tp.topic, tp.partition, min(marks)))
-            if offsets:
+                mark = min(marks)
+                if self._committed.get((group, tp.topic, tp.partition)) != mark:
+                    offsets.append(TopicPartition(tp.topic, tp.partition, mark))
+                    self._committed[(group, tp.topic, tp.partition)] = mark
+            if offsets:  # only when a watermark moved: each send costs a broker round trip
                 self._producer.send_offsets_to_transaction(
                     offsets, fetcher.consumer.consumer_group_metadata(), self._timeout_s
                 )

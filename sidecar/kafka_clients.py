@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from sidecar.config import Settings
@@ -20,3 +21,24 @@ def base_config(settings: Settings) -> dict[str, Any]:
 
 def admin_client(settings: Settings) -> AdminClient:
     return AdminClient(base_config(settings))
+
+
+def transactional_producer(client_config: dict[str, Any], transactional_id: str) -> Producer:
+    """The leader's writer: one fixed id per role, so a new leader fences the old one."""
+    return Producer(
+        {
+            **client_config,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 30_000,
+            "linger.ms": 1,
+            "queue.buffering.max.messages": 1_000_000,
+            # Java clients' partitioner, so a record kpd writes for a key lands where the
+            # producer's own record with that key would have.
+            "partitioner": "murmur2_random",
+            # A transaction begun right after the previous commit is often answered
+            # CONCURRENT_TRANSACTIONS while the broker writes the markers; the default 100 ms
+            # retry backoff then added ~100 ms to every step (measured in bench/pop.py).
+            "retry.backoff.ms": 5,
+            "retry.backoff.max.ms": 100,
+        }
+    )

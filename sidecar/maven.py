@@ -31,10 +31,18 @@ class Artifact:
     artifact: str
     version: str | None = None  # None: the version comes from an imported BOM
     kind: str = "jar"  # "pom" for a BOM import
+    exclusions: tuple[tuple[str, str], ...] = ()  # (group, artifact) not to bring in
 
     def xml(self, extra: str = "") -> str:
         version = f"<version>{escape(self.version)}</version>" if self.version else ""
         kind = f"<type>{self.kind}</type>" if self.kind != "jar" else ""
+        excluded = "".join(
+            f"<exclusion><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId>"
+            "</exclusion>"
+            for g, a in self.exclusions
+        )
+        if excluded:
+            extra += f"<exclusions>{excluded}</exclusions>"
         return (
             f"<dependency><groupId>{escape(self.group)}</groupId>"
             f"<artifactId>{escape(self.artifact)}</artifactId>{version}{kind}{extra}</dependency>"

@@ -73,6 +73,10 @@ class TopicCache:
         self._known: set[str] = set()
         self._unknown: dict[str, float] = {}
 
+    def known(self, topic: str) -> bool:
+        """Answer from the cache alone (no request): True only for topics seen to exist."""
+        return topic in self._known
+
     def exists(self, topic: str) -> bool:
         if topic in self._known:
             return True

@@ -1,0 +1,97 @@
+"""The audit on a delivery log written by a real sidecar, plus anomalies injected into it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from spark.audit import main
+
+pytestmark = pytest.mark.spark
+
+
+def log_events(bootstrap: str, topic: str, wanted: int, timeout_s: float = 60) -> list[dict]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"audit-test-{topic}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    events: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        events += [
+            json.loads(m.value()) for m in consumer.consume(100, timeout=0.2) if m.error() is None
+        ]
+        if sum(e["event"] in ("delivered", "cancelled", "invalid") for e in events) >= wanted:
+            break
+    consumer.close()
+    return events
+
+
+def test_audit_of_a_real_sidecar_log_with_injected_anomalies(
+    spark, sidecar_factory, new_topic, kafka_bootstrap, tmp_path
+) -> None:
+    sidecar = sidecar_factory("a").start()
+    target = new_topic("audited")
+    buffer, log_topic = sidecar.env["KPD_BUFFER_TOPIC"], sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(28):
+        delay = 60_000 if i < 2 else 200 + 20 * i  # s0 and s1 get cancelled before they are due
+        producer.produce(
+            buffer,
+            f"v{i}".encode(),
+            headers=[
+                ("kpd-target", target.encode()),
+                ("kpd-delay-ms", str(delay).encode()),
+                ("kpd-id", f"s{i}".encode()),
+            ],
+        )
+    producer.produce(buffer, b"no target", headers=[("kpd-delay-ms", b"10")])
+    for cancelled in ("s0", "s1"):
+        producer.produce(buffer, None, headers=[("kpd-cancel", cancelled.encode())])
+    assert producer.flush(30) == 0
+    events = log_events(kafka_bootstrap, log_topic, wanted=26 + 2 + 1)
+    delivered = [e for e in events if e["event"] == "delivered"]
+    assert len(delivered) == 26
+
+    # Anomalies: a second delivery of s5, an early delivery, a schedule never resolved, garbage.
+    now = int(time.time() * 1000)
+    early = {"id": "early-x", "target": target, "due_ms": now + 100_000, "enqueued_ms": now,
+             "delivery_count": 1, "node": "injected"}  # fmt: skip
+    injected = [
+        {**(s5 := next(e for e in delivered if e["id"] == "s5")), "at_ms": s5["due_ms"] + 20_000},
+        {**early, "event": "scheduled", "at_ms": now},
+        {**early, "event": "delivered", "at_ms": now + 1},
+        {**early, "id": "missing-x", "event": "scheduled", "due_ms": now - 100_000, "at_ms": now},
+    ]
+    for event in injected:
+        producer.produce(log_topic, json.dumps(event).encode(), key=event["id"].encode())
+    producer.produce(log_topic, b"{not json", key=b"garbage")
+    assert producer.flush(30) == 0
+
+    out = tmp_path / "audit"
+    status = main(["--bootstrap", kafka_bootstrap, "--topic", log_topic, "--out", str(out),
+                   "--master", "local[2]", "--grace-ms", "1000",
+                   "--late-threshold-ms", "10000"])  # fmt: skip
+    assert status == 2  # anomalies over the default thresholds (0) fail the gate
+    summary = json.loads((out / "summary.json").read_text())
+    # The duplicate of s5 is also late (20 s after its due time, threshold 10 s): late = 1.
+    assert summary["anomalies"] == {"early": 1, "late": 1, "missing": 1, "duplicates": 1,
+                                    "malformed": 1}  # fmt: skip
+    events_by_target = summary["by_target"][target]["events"]
+    assert events_by_target["delivered"] == 26 + 1 + 1  # real ones, the duplicate, the early one
+    assert events_by_target["cancelled"] == 2
+    assert events_by_target["scheduled"] == 28 + 2
+    assert summary["overall"]["events"]["invalid"] == 1
+    real_lateness = summary["by_target"][target]["lateness_ms"]
+    assert real_lateness["count"] == 28 and real_lateness["p50"] >= 0
+    html = (out / "report.html").read_text()
+    for image in ("lateness_histogram.png", "lateness_over_time.png"):
+        assert f'src="{image}"' in html and (out / image).stat().st_size > 0
