@@ -45,7 +45,8 @@ class Election:
                 "session.timeout.ms": session_timeout_ms,
                 "heartbeat.interval.ms": max(100, session_timeout_ms // 4),
                 "enable.auto.commit": False,
-                "partition.assignment.strategy": "range",
+                # Sticky: a sidecar joining must not take leadership from a healthy leader.
+                "partition.assignment.strategy": "cooperative-sticky",
             }
         )
         self._topic = topic

@@ -415,3 +415,31 @@ def test_follower_forwards_pop_calls_to_the_leader(
         [message] = pop_until(follower, group, topic, 1)
         assert message.value == b"via-follower"
         assert follower.ack(group, [message.receipt])[0]["status"] == "acked"
+
+
+def test_standby_takes_over_pops_after_the_leader_is_killed(
+    sidecar_factory, group, new_topic, kafka_bootstrap
+) -> None:
+    first = sidecar_factory("a").start()
+    with KpdClient(first.url) as kpd:
+        wait_for(lambda: kpd.group(group)["node"] == "a", 30, "a leads")
+    standby = sidecar_factory("b").start()
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"f{i}" for i in range(20)])
+    with KpdClient(first.url) as kpd:
+        assert kpd.group(group)["node"] == "a"  # a standby joining does not take over
+        popped = pop_until(kpd, group, topic, 20, invisible_ms=5000)
+        kpd.ack(group, [m.receipt for m in popped[:10]])
+    first.terminate(signal.SIGKILL)
+    killed_at = time.monotonic()
+    with KpdClient(standby.url) as kpd:
+        wait_for(lambda: kpd.group(group)["node"] == "b", 60, "b takes over")
+        takeover_s = time.monotonic() - killed_at
+        back = pop_until(kpd, group, topic, 10, invisible_ms=30_000)
+        assert sorted(m.value for m in back) == sorted(m.value for m in popped[10:])
+        assert {m.delivery_count for m in back} == {2}
+        assert min(m.timestamp_ms for m in back) >= 0
+        assert kpd.pop(group, topic, wait_ms=1000) == []  # acked ones never come back
+        assert {r["status"] for r in kpd.ack(group, [m.receipt for m in back])} == {"acked"}
+    print(f"pop takeover after SIGKILL: {takeover_s:.1f} s")
+    assert takeover_s < 30
