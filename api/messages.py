@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path
@@ -21,6 +20,7 @@ from api.deps import get_sidecar, require_token
 from api.problems import Problem
 from api.schedules import ID_PATTERN, wait_for_schedule
 from delay_service.headers import CONTROL_HEADERS, DELIVER_AT, ID, TARGET
+from sidecar.clock import now_ms
 from sidecar.config import TOPIC_PATTERN
 from sidecar.process import Sidecar
 
@@ -111,7 +111,7 @@ async def produce(
     sidecar: Annotated[Sidecar, Depends(get_sidecar)],
 ) -> ProduceResponse:
     settings = sidecar.settings
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     due_times = [_due_ms(i, m, now, settings.max_delay_ms) for i, m in enumerate(body.messages)]
     for index, message in enumerate(body.messages):
         if message.size() > settings.max_record_bytes:

@@ -19,6 +19,7 @@ from api.deps import get_sidecar, require_token
 from api.problems import Problem
 from revive.metrics import REQUEST_SECONDS
 from revive.service import PopRequest, PopService, SettleRequest
+from sidecar.clock import now_ms
 from sidecar.config import NAME_PATTERN, TOPIC_PATTERN
 from sidecar.process import Sidecar
 
@@ -90,7 +91,7 @@ async def pop(
     ):
         raise Problem(404, "topic_not_found", f"topic {topic!r} does not exist")
     invisible_ms = body.invisible_ms or sidecar.settings.group(group).invisible_ms
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     call = PopRequest(group, topic, body.max_messages, invisible_ms, now + body.wait_ms)
     messages = await _answer(service, call, "pop", timeout_s=body.wait_ms / 1000 + 30)
     return _json({"messages": messages})

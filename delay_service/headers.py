@@ -33,7 +33,7 @@ class ScheduleRequest:
     schedule_id: str
     target: str
     due_ms: int
-    headers: list[tuple[str, bytes]]  # the user's headers, without kpd control headers
+    headers: list[tuple[str, bytes | None]]  # the user's headers (null values kept), no kpd ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,8 @@ def parse(
     limits: Limits,
 ) -> ScheduleRequest | CancelRequest:
     control, user_headers = _split(headers or [])
-    size = len(key or b"") + len(value or b"") + sum(len(k) + len(v) for k, v in user_headers)
+    size = len(key or b"") + len(value or b"")
+    size += sum(len(k.encode()) + len(v or b"") for k, v in user_headers)
     if size > limits.max_record_bytes:
         raise InvalidRecord(f"record of {size} bytes exceeds the {limits.max_record_bytes} limit")
     if CANCEL in control:
@@ -74,12 +75,12 @@ def parse(
     return ScheduleRequest(schedule_id, target, due_ms, user_headers)
 
 
-def _split(headers: Headers) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
+def _split(headers: Headers) -> tuple[dict[str, str], list[tuple[str, bytes | None]]]:
     control: dict[str, str] = {}
-    user: list[tuple[str, bytes]] = []
+    user: list[tuple[str, bytes | None]] = []
     for name, raw in headers:
         if name not in CONTROL_HEADERS:
-            user.append((name, raw or b""))
+            user.append((name, raw))  # a null header value stays null
             continue
         if name in control:
             raise InvalidRecord(f"header {name} given more than once")

@@ -16,12 +16,11 @@ range-scanned in as the window slides, so memory does not grow with far-future b
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from delay_service import metrics
 from delay_service.headers import (
@@ -36,8 +35,10 @@ from delay_service.headers import (
 )
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from delay_service.timing_wheel import TimingWheelTimer
+from sidecar.clock import now_ms
 from sidecar.config import Settings
 from sidecar.delivery_log import Event, log_record
+from sidecar.kafka_clients import transactional_producer
 from sidecar.state_follower import StateFollower
 from sidecar.store import Store
 from sidecar.topics import TopicCache
@@ -47,10 +48,6 @@ log = structlog.get_logger(__name__)
 BATCH = 2000  # records per transaction: big enough to amortise the commit, small for latency
 WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
 MAX_WAIT_S = 0.05  # longest poll when nothing is due (also bounds shutdown and demotion time)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -104,23 +101,15 @@ class DelayLeader:
                     self.topics.invalid,
                     self.topics.delivery_log,
                     self.topics.schedules,
+                    # other state topics: a record delivered there would corrupt their state
+                    settings.state_topic("leader"),
+                    settings.state_topic("pop-state"),
                 }
             ),
         )
         timeout_s = settings.kafka_timeout_ms / 1000
         self._timeout_s = timeout_s
-        self._producer = Producer(
-            {
-                **client_config,
-                "transactional.id": settings.state_topic("delay-leader"),
-                "transaction.timeout.ms": 30_000,
-                "linger.ms": 1,
-                "queue.buffering.max.messages": 1_000_000,
-                # Java clients' partitioner, so a delayed record lands where the producer's own
-                # record with that key would have.
-                "partitioner": "murmur2_random",
-            }
-        )
+        self._producer = transactional_producer(client_config, settings.state_topic("delay-leader"))
         self._consumer = Consumer(
             {
                 **client_config,

@@ -44,7 +44,7 @@ class Schedule:
     due_ms: int
     key: bytes | None = None
     value: bytes | None = None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
     enqueued_ms: int = 0
     at_ms: int | None = None  # when it was delivered or cancelled
     reason: str | None = None
@@ -72,7 +72,7 @@ class Schedule:
             due_ms=body["d"],
             key=body.get("k"),
             value=body.get("v"),
-            headers=[(str(n), bytes(v)) for n, v in body.get("h") or []],
+            headers=[(str(n), None if v is None else bytes(v)) for n, v in body.get("h") or []],
             enqueued_ms=body.get("e", 0),
             at_ms=body.get("a"),
             reason=body.get("r"),

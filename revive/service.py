@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import queue
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ from revive.records import (
     apply,
     decode_record,
 )
+from sidecar.clock import now_ms
 from sidecar.config import GroupSettings, Settings
 from sidecar.delivery_log import Event, log_record
 from sidecar.kafka_clients import transactional_producer
@@ -46,10 +46,6 @@ log = structlog.get_logger(__name__)
 
 IDLE_WAIT_S = 0.005  # how often the thread looks for new records when requests are parked
 LedgerKey = tuple[str, str, int]  # (group, lane, partition)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
