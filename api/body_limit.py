@@ -1,7 +1,9 @@
-"""Reject request bodies over the limit with 413 before they are read into memory.
+"""Reject request bodies over the limit with 413 before the app sees them.
 
 FastAPI's own `max_body_size` answers `text/plain`; every kpd error is RFC 9457 problem JSON
-with a stable `code`, hence this small middleware.
+with a stable `code`, hence this small middleware. It reads the body (at most the limit, so memory
+stays bounded) before calling the app: a streamed (chunked) body that turns out too large is then
+answered 413 too, instead of surfacing as a body-parsing error inside the app.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from api.problems import problem_response
 
 
 class BodyLimit:
-    """Checks Content-Length up front and counts streamed (chunked) bodies as they arrive."""
-
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
 
@@ -25,38 +25,35 @@ class BodyLimit:
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             await self._too_large(scope, receive, send)
             return
-        seen = 0
-        response_started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
+        chunks: list[bytes] = []
+        size = 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal response_started
-            response_started = response_started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not response_started:
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
                 await self._too_large(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: wait for a disconnect, as usual
+            replayed = True
+            return body
+
+        await self.app(scope, replay, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem_response(
-            413,
-            "request_too_large",
-            f"request body exceeds {self.max_bytes} bytes",
+            413, "request_too_large", f"request body exceeds {self.max_bytes} bytes",
             max_bytes=self.max_bytes,
-        )
+        )  # fmt: skip
         await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass

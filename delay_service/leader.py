@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from delay_service import metrics
 from delay_service.headers import (
@@ -39,7 +39,7 @@ from sidecar.clock import now_ms
 from sidecar.config import Settings
 from sidecar.delivery_log import Event, log_record
 from sidecar.kafka_clients import transactional_producer
-from sidecar.state_follower import StateFollower
+from sidecar.state_follower import StateFollower, stage_position
 from sidecar.store import Store
 from sidecar.topics import TopicCache
 
@@ -78,6 +78,9 @@ class _Step:
     cancelled: int = 0
     invalid: int = 0
     open: bool = False  # has the transaction begun?
+    undelivered: list[str] = field(default_factory=list)  # ids settled as undeliverable
+    failed: dict[str, str] = field(default_factory=dict)  # id -> why its target write failed
+    state_ends: dict[int, int] = field(default_factory=dict)  # schedules partition -> last offset
 
     def put(self, record: Schedule) -> None:
         self.records[record.schedule_id] = record
@@ -85,7 +88,17 @@ class _Step:
 
 
 class DelayLeader:
-    def __init__(self, settings: Settings, store: Store, client_config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        client_config: dict[str, Any],
+        undeliverable: dict[str, str],
+    ) -> None:
+        # Schedules whose target write failed in an earlier (aborted) step, with the reason. It
+        # outlives this object: the leader that is rebuilt after the failure settles them as
+        # invalid instead of retrying them, and every later delivery flows again.
+        self._undeliverable = undeliverable
         self._settings = settings
         self._node = settings.node_id
         self._store = store
@@ -120,7 +133,9 @@ class DelayLeader:
                 "fetch.wait.max.ms": 10,
             }
         )
-        self._topics = TopicCache(self._producer, timeout_s)
+        # Known targets are checked again each second: one deleted meanwhile is caught before
+        # its write could fail the transaction.
+        self._topics = TopicCache(self._producer, timeout_s, recheck_known_s=1.0)
         self._assignment: list[TopicPartition] = []
         self._wheel = TimingWheelTimer(now_ms())
         self._loaded_until = 0
@@ -170,6 +185,10 @@ class DelayLeader:
     # -- the transaction -------------------------------------------------------------------
 
     def _commit(self, step: _Step, offsets: bool) -> None:
+        self._producer.flush(self._timeout_s)  # delivery reports of this step's records
+        if step.failed:
+            self._undeliverable.update(step.failed)
+            raise RuntimeError(f"target writes failed, settling them as invalid: {step.failed}")
         if offsets:
             self._producer.send_offsets_to_transaction(
                 self._consumer.position(self._assignment),
@@ -179,7 +198,12 @@ class DelayLeader:
         self._producer.commit_transaction(self._timeout_s)
         batch = self._store.batch()
         self._index.stage(batch, step.ordered)
+        # The index now holds these state records: a restart need not read them again.
+        for partition, last in step.state_ends.items():
+            stage_position(batch, self.topics.schedules, partition, last + 1)
         self._store.write(batch)
+        for schedule_id in step.undelivered:
+            self._undeliverable.pop(schedule_id, None)
         for late in step.lateness_ms:
             metrics.LATENESS.observe(late / 1000)
         metrics.DELIVERED.inc(len(step.lateness_ms))
@@ -208,7 +232,14 @@ class DelayLeader:
         self._produce(self.topics.delivery_log, record_id, value)
 
     def _state(self, step: _Step, record: Schedule) -> None:
-        self._produce(self.topics.schedules, record.schedule_id, record.encode())
+        def written(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                ends = step.state_ends
+                ends[message.partition()] = max(ends.get(message.partition(), -1), message.offset())
+
+        self._produce(
+            self.topics.schedules, record.schedule_id, record.encode(), on_delivery=written
+        )
         step.put(record)
 
     def _lookup(self, step: _Step, schedule_id: str) -> Schedule | None:
@@ -219,7 +250,8 @@ class DelayLeader:
     def _ingest(self, message: Message, step: _Step) -> None:
         self._open(step)
         _, timestamp_ms = message.timestamp()
-        default_id = f"b{message.partition()}-{message.offset()}"
+        # Partition, offset and timestamp: unique even if the buffer topic is recreated.
+        default_id = f"b{message.partition()}-{message.offset()}-{timestamp_ms}"
         try:
             request = parse(
                 message.headers(),
@@ -324,13 +356,31 @@ class DelayLeader:
         if schedule is None or schedule.state is not State.SCHEDULED:
             return
         self._open(step)
+        reason = self._undeliverable.get(schedule_id)
+        if reason is None and not self._topics.exists(schedule.target):
+            reason = f"{TARGET} {schedule.target!r} no longer exists"
+        if reason is not None:
+            self._undeliver(schedule, reason, step)
+            return
         at = now_ms()
         headers = [
             *schedule.headers,
             (ID, schedule_id.encode()),
             (DELIVER_AT, str(schedule.due_ms).encode()),
         ]
-        self._produce(schedule.target, schedule.key, schedule.value, headers=headers, timestamp=at)
+
+        def delivered(error: KafkaError | None, _: Message) -> None:
+            if error is not None:
+                step.failed[schedule_id] = f"cannot write to {schedule.target!r}: {error.str()}"
+
+        self._produce(
+            schedule.target,
+            schedule.key,
+            schedule.value,
+            headers=headers,
+            timestamp=at,
+            on_delivery=delivered,
+        )
         self._state(step, schedule.settled(State.DELIVERED, at))
         self._log(
             Event.DELIVERED,
@@ -342,6 +392,33 @@ class DelayLeader:
             delivery_count=1,
         )
         step.lateness_ms.append(at - schedule.due_ms)
+
+    def _undeliver(self, schedule: Schedule, reason: str, step: _Step) -> None:
+        """A due schedule whose target cannot be written: to the invalid topic, like at ingest."""
+        at = now_ms()
+        control = [
+            (TARGET, schedule.target.encode()),
+            (DELIVER_AT, str(schedule.due_ms).encode()),
+            (ID, schedule.schedule_id.encode()),
+        ]
+        self._produce(
+            self.topics.invalid,
+            schedule.key,
+            schedule.value,
+            headers=[*schedule.headers, *control, ("kpd-error", reason.encode())],
+        )
+        self._state(step, schedule.settled(State.CANCELLED, at, reason))
+        self._log(
+            Event.INVALID,
+            schedule.schedule_id,
+            schedule.target,
+            due_ms=schedule.due_ms,
+            at_ms=at,
+            enqueued_ms=schedule.enqueued_ms,
+            reason=reason,
+        )
+        step.undelivered.append(schedule.schedule_id)
+        step.invalid += 1
 
     def _refill(self, now: int) -> None:
         """Slide the in-memory window: load schedules due before now + WINDOW_MS from RocksDB."""

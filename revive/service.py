@@ -32,6 +32,7 @@ from revive.records import (
     AckRecord,
     CheckpointRecord,
     DeadlineRecord,
+    InvalidStateRecord,
     StateRecord,
     apply,
     decode_record,
@@ -555,8 +556,16 @@ def _read_all(config: dict[str, Any], topic: str, timeout_s: float) -> list[Stat
 
         while not done():
             for message in consumer.consume(num_messages=5_000, timeout=0.1):
-                if message.error() is None and message.value():
+                if message.error() is not None or not message.value():
+                    continue
+                try:
                     records.append(decode_record(message.value()))
+                except InvalidStateRecord as error:  # not written by kpd: never fatal
+                    log.warning(
+                        "skipping a foreign pop-state record",
+                        offset=message.offset(),
+                        error=str(error),
+                    )
         return records
     finally:
         consumer.close()

@@ -59,6 +59,7 @@ class Sidecar:
         self.http = httpx.AsyncClient()  # forwards pop-group calls to the leader
         self._leader_url: tuple[float, str | None] = (0.0, None)
         self._codec = ReceiptCodec(_receipt_secret(settings))
+        self._undeliverable: dict[str, str] = {}  # see DelayLeader
 
     def owned_topics(self) -> list[TopicSpec]:
         s = self.settings
@@ -162,19 +163,29 @@ class Sidecar:
         self.election.start()
 
     def _apply_schedules(self, batch: Batch, messages: Sequence[Message]) -> None:
-        self.schedules.stage(
-            batch, [Schedule.decode(m.key().decode(), m.value()) for m in messages if m.value()]
-        )
+        records = []
+        for message in messages:
+            try:
+                records.append(Schedule.decode(message.key().decode(), message.value()))
+            except Exception as error:  # a foreign record must not stop every follower
+                log.warning(
+                    "skipping a record kpd did not write",
+                    topic=message.topic(),
+                    offset=message.offset(),
+                    error=str(error),
+                )
+        self.schedules.stage(batch, records)
 
     def _follow(self) -> None:
         assert self.follower is not None
+        self.follower.assign()  # from the stored positions (a former leader stored its own)
         while not self._stopping.is_set() and not self.is_leader:
             self.follower.poll_once(0.1)
 
     def _lead(self) -> None:
         """Run both leader loops until leadership ends; any failure rebuilds both from Kafka."""
         assert self.follower is not None
-        delay = DelayLeader(self.settings, self.store, self.client_config)
+        delay = DelayLeader(self.settings, self.store, self.client_config, self._undeliverable)
         pop = PopService(self.settings, self.client_config, self.admin, self._codec)
         pop_failed = threading.Event()
         leading = threading.Event()

@@ -64,9 +64,7 @@ class StateFollower:
             self._appliers[topic](batch, topic_messages)
         for tp in self._consumer.position(self._assignment):
             if tp.offset >= 0:
-                batch.put(
-                    OFFSETS_CF, _offset_key(tp.topic, tp.partition), tp.offset.to_bytes(8, "big")
-                )
+                stage_position(batch, tp.topic, tp.partition, tp.offset)
         self._store.write(batch)
         return len(records)
 
@@ -106,3 +104,8 @@ class StateFollower:
 
 def _offset_key(topic: str, partition: int) -> bytes:
     return f"{topic}:{partition}".encode()
+
+
+def stage_position(batch: Batch, topic: str, partition: int, next_offset: int) -> None:
+    """Record that the index holds everything of `topic`/`partition` before `next_offset`."""
+    batch.put(OFFSETS_CF, _offset_key(topic, partition), next_offset.to_bytes(8, "big"))

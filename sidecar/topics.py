@@ -67,10 +67,17 @@ class TopicCache:
     created a moment later is picked up without a metadata request per rejected record.
     """
 
-    def __init__(self, client: AdminClient | Any, timeout_s: float, retry_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        client: AdminClient | Any,
+        timeout_s: float,
+        retry_s: float = 2.0,
+        recheck_known_s: float | None = None,
+    ) -> None:
         self._client = client  # anything with list_topics(topic=..., timeout=...)
         self._timeout_s, self._retry_s = timeout_s, retry_s
-        self._known: set[str] = set()
+        self._recheck_known_s = recheck_known_s  # None: a topic once seen is trusted for good
+        self._known: dict[str, float] = {}  # topic -> when it was last seen to exist
         self._unknown: dict[str, float] = {}
 
     def known(self, topic: str) -> bool:
@@ -78,16 +85,20 @@ class TopicCache:
         return topic in self._known
 
     def exists(self, topic: str) -> bool:
-        if topic in self._known:
+        seen = self._known.get(topic)
+        if seen is not None and (
+            self._recheck_known_s is None or time.monotonic() - seen < self._recheck_known_s
+        ):
             return True
         checked = self._unknown.get(topic)
         if checked is not None and time.monotonic() - checked < self._retry_s:
             return False
         metadata = self._client.list_topics(topic=topic, timeout=self._timeout_s).topics.get(topic)
         if metadata is not None and metadata.error is None:
-            self._known.add(topic)
+            self._known[topic] = time.monotonic()
             self._unknown.pop(topic, None)
             return True
+        self._known.pop(topic, None)
         if len(self._unknown) > 10_000:  # hostile input must not grow this without bound
             self._unknown.clear()
         self._unknown[topic] = time.monotonic()

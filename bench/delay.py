@@ -1,0 +1,433 @@
+"""Benchmark of the delay service against a raw confluent-kafka consume->produce loop.
+
+    .venv/bin/python bench/delay.py                      # local broker under .kpd/bench-kafka
+    KPD_BOOTSTRAP=127.0.0.1:9092 .venv/bin/python bench/delay.py --pending 1000000
+
+One run, one broker, one `kpd run` process (real Kafka, real RocksDB), printing:
+  * raw loop: consume N records from a topic and produce them to another, plain and
+    transactional (2000 records per transaction, offsets in the transaction), the physical
+    reference on this machine;
+  * ingest: N buffer records already on the buffer topic when the sidecar starts, schedules/s from
+    the first to the last `kpd_schedules_scheduled_total` increment;
+  * sustained dispatch: records due at a fixed rate (default 5k/s for 20 s), scheduled before the
+    first is due; lateness = broker timestamp of the delivered record - kpd-deliver-at, and
+    visible lateness = when a read_committed consumer got it - kpd-deliver-at;
+  * burst: N records due in the same millisecond; drain rate = N / (last delivery - due);
+  * RSS (VmRSS) of the sidecar with 0 and with each --pending count of far-future schedules.
+Every record is 100 bytes of value, a 16-byte key and one user header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sidecar.broker_for_tests import broker_for_tests, free_port  # noqa: E402
+
+VALUE = b"v" * 100
+DAY_MS = 24 * 3600 * 1000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- Kafka helpers ---------------------------------------------------------------------------
+
+
+def create_topic(admin: AdminClient, name: str, partitions: int = 1) -> str:
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    return name
+
+
+def produce_fast(bootstrap: str, topic: str, records: Iterator[tuple[bytes, list]]) -> float:
+    """Produce (key, headers) records with VALUE; return records/s of the producer."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    count, start = 0, time.monotonic()
+    for key, headers in records:
+        while True:
+            try:
+                producer.produce(topic, VALUE, key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+        if count % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return count / (time.monotonic() - start)
+
+
+def consumer(bootstrap: str, topic: str, **extra: object) -> Consumer:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 5,
+            **extra,
+        }
+    )
+    partitions = c.list_topics(topic, timeout=10).topics[topic].partitions
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    return c
+
+
+def read_deliveries(bootstrap: str, topic: str, n: int, timeout_s: float) -> np.ndarray:
+    """Read n records; rows of (due, broker timestamp, received at) in ms."""
+    c = consumer(bootstrap, topic)
+    rows = np.zeros((n, 3), dtype=np.int64)
+    got, deadline = 0, time.monotonic() + timeout_s
+    while got < n and time.monotonic() < deadline:
+        for m in c.consume(5000, 0.05):
+            if m.error() is not None:
+                continue
+            received = now_ms()
+            due = next(int(v) for k, v in m.headers() if k == "kpd-deliver-at")
+            if got < n:
+                rows[got] = (due, m.timestamp()[1], received)
+            got += 1
+    c.close()
+    if got < n:
+        print(f"  !! only {got} of {n} delivered within {timeout_s:.0f} s")
+    return rows[: min(got, n)]
+
+
+def raw_loop(bootstrap: str, admin: AdminClient, n: int, transactional: bool) -> float:
+    """Consume n records from a pre-filled topic and produce them to another; records/s."""
+    source = create_topic(admin, f"bench-raw-src-{uuid.uuid4().hex[:6]}")
+    sink = create_topic(admin, f"bench-raw-sink-{uuid.uuid4().hex[:6]}")
+    produce_fast(bootstrap, source, ((f"key-{i:012d}".encode(), [("h", b"1")]) for i in range(n)))
+    config: dict[str, object] = {"bootstrap.servers": bootstrap, "linger.ms": 1}
+    if transactional:
+        config["transactional.id"] = f"bench-raw-{uuid.uuid4().hex[:6]}"
+    producer = Producer(config)
+    c = consumer(bootstrap, source, **{"group.id": f"bench-raw-{uuid.uuid4().hex[:6]}"})
+    if transactional:
+        producer.init_transactions(30)
+    done, start = 0, None
+    while done < n:
+        batch = [m for m in c.consume(2000, 0.5) if m.error() is None]
+        if not batch:
+            continue
+        start = start or time.monotonic()
+        if transactional:
+            producer.begin_transaction()
+        for m in batch:
+            while True:
+                try:
+                    producer.produce(sink, m.value(), m.key(), headers=m.headers())
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        if transactional:
+            producer.send_offsets_to_transaction(
+                c.position(c.assignment()), c.consumer_group_metadata(), 30
+            )
+            producer.commit_transaction(30)
+        else:
+            producer.poll(0)
+        done += len(batch)
+    producer.flush(60)
+    c.close()
+    assert start is not None
+    return n / (time.monotonic() - start)
+
+
+# -- the sidecar -------------------------------------------------------------------------------
+
+
+class Sidecar:
+    def __init__(self, bootstrap: str, home: Path) -> None:
+        ns = f"bench-{uuid.uuid4().hex[:6]}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("KPD_")},
+            "KPD_BOOTSTRAP": bootstrap,
+            "KPD_NODE_ID": "bench",
+            "KPD_HTTP_PORT": str(self.port),
+            "KPD_DATA_DIR": str(home / "data"),
+            "KPD_STATE_TOPIC_PREFIX": f"{ns}.",
+            "KPD_BUFFER_TOPIC": f"{ns}.delay",
+            "KPD_INVALID_TOPIC": f"{ns}.invalid",
+            "KPD_DELIVERY_LOG_TOPIC": f"{ns}.delivery-log",
+            "KPD_LOG_LEVEL": "WARNING",
+        }
+        self.buffer = self.env["KPD_BUFFER_TOPIC"]
+        self.log = home / "sidecar.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> float:
+        """Start and wait for /readyz; return the seconds it took."""
+        started = time.monotonic()
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sidecar.cli", "run"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.log.parent,
+            )
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"sidecar exited; see {self.log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return time.monotonic() - started
+            time.sleep(0.1)
+        raise RuntimeError("sidecar not ready")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(60)
+
+    def metrics(self) -> dict[str, float]:
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        return {
+            s.name: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if not s.labels
+        }
+
+    def rss_mb(self) -> float:
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+    def wait_delivering(self, target: str) -> None:
+        sid = f"warm-{uuid.uuid4().hex[:6]}"
+        httpx.post(
+            f"{self.url}/v1/topics/{target}/messages",
+            json={"messages": [{"value": "w", "delay_ms": 0, "id": sid}]},
+            timeout=30,
+        ).raise_for_status()
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{self.url}/v1/schedules/{sid}").json().get("state") != "delivered":
+            if time.monotonic() > deadline:
+                raise RuntimeError("leader not delivering")
+            time.sleep(0.05)
+
+    def wait_scheduled(self, total: int, max_wait_s: float) -> tuple[int, float, float]:
+        """Poll kpd_schedules_scheduled_total until `total`; (reached, rate/s, seconds)."""
+        first: tuple[float, float] | None = None
+        last = (time.monotonic(), 0.0)
+        deadline = time.monotonic() + max_wait_s
+        while time.monotonic() < deadline:
+            count = self.metrics().get("kpd_schedules_scheduled_total", 0.0)
+            t = time.monotonic()
+            if count > 0 and first is None:
+                first = (t, count)
+            if count > last[1]:
+                last = (t, count)
+            if count >= total:
+                break
+            time.sleep(0.2)
+        if first is None or last[0] <= first[0]:
+            return int(last[1]), 0.0, 0.0
+        seconds = last[0] - first[0]
+        return int(last[1]), (last[1] - first[1]) / seconds, seconds
+
+
+def buffer_records(target: str, n: int, due: Iterator[int], prefix: str) -> Iterator:
+    for i, due_ms in zip(range(n), due, strict=False):
+        yield (
+            f"{prefix}{i:012d}".encode()[-16:],
+            [
+                ("h", b"1"),
+                ("kpd-target", target.encode()),
+                ("kpd-deliver-at", str(due_ms).encode()),
+            ],
+        )
+
+
+def lateness_row(rows: np.ndarray, column: int) -> str:
+    late = rows[:, column] - rows[:, 0]
+    p50, p99, p999 = np.percentile(late, [50, 99, 99.9])
+    return f"p50 {p50:.0f} ms  p99 {p99:.0f} ms  p999 {p999:.0f} ms  max {late.max()} ms"
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def run(bootstrap: str, args: argparse.Namespace) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    home = Path(tempfile.mkdtemp(prefix="kpd-bench-"))
+    results: dict[str, str] = {}
+    print(f"broker {bootstrap}; sidecar files in {home}")
+
+    raw_plain = raw_loop(bootstrap, admin, args.raw_n, transactional=False)
+    raw_txn = raw_loop(bootstrap, admin, args.raw_n, transactional=True)
+    print(f"raw consume->produce: {raw_plain:,.0f}/s plain, {raw_txn:,.0f}/s transactional")
+
+    sidecar = Sidecar(bootstrap, home)
+    try:
+        sidecar.start()
+        warm = create_topic(admin, f"bench-warm-{uuid.uuid4().hex[:6]}")
+        sidecar.wait_delivering(warm)
+        rss0 = sidecar.rss_mb()
+        print(f"RSS with 0 pending: {rss0:.0f} MB")
+
+        # Sustained dispatch at a fixed due rate, everything scheduled before the first is due.
+        target = create_topic(admin, f"bench-rate-{uuid.uuid4().hex[:6]}")
+        n = args.rate * args.seconds
+        lead_ms = int(n / 20_000 * 1000) + 8000
+        start_ms = now_ms() + lead_ms
+        interval = 1000 / args.rate
+        produce_fast(
+            bootstrap,
+            sidecar.buffer,
+            buffer_records(target, n, (start_ms + int(i * interval) for i in range(n)), "rate-"),
+        )
+        scheduled, _, _ = sidecar.wait_scheduled(n + 0, lead_ms / 1000)
+        if now_ms() > start_ms:
+            print(f"  !! only {scheduled} of {n} scheduled before the first was due")
+        rows = read_deliveries(bootstrap, target, n, args.seconds + 120)
+        early = int((rows[:, 1] < rows[:, 0]).sum())
+        results["dispatch"] = (
+            f"{args.rate}/s for {args.seconds} s, {len(rows)} delivered, {early} early; "
+            f"broker-timestamp lateness {lateness_row(rows, 1)}; "
+            f"read_committed-visible lateness {lateness_row(rows, 2)}"
+        )
+        print("sustained:", results["dispatch"])
+
+        # Burst: N due in the same millisecond.
+        target = create_topic(admin, f"bench-burst-{uuid.uuid4().hex[:6]}")
+        before = sidecar.metrics().get("kpd_schedules_scheduled_total", 0)
+        due = now_ms() + int(args.burst / 20_000 * 1000) + 8000
+        produce_fast(
+            bootstrap,
+            sidecar.buffer,
+            buffer_records(target, args.burst, iter(lambda: due, None), "burst-"),
+        )
+        sidecar.wait_scheduled(int(before) + args.burst, 120)
+        if now_ms() > due:
+            print("  !! burst not fully scheduled before its due time")
+        rows = read_deliveries(bootstrap, target, args.burst, 300)
+        drain_s = (rows[:, 1].max() - due) / 1000
+        visible_s = (rows[:, 2].max() - due) / 1000
+        early = int((rows[:, 1] < rows[:, 0]).sum())
+        burst_rate = len(rows) / max(drain_s, 0.001)
+        results["burst"] = (
+            f"{len(rows)} due at one instant: last delivered {drain_s:.2f} s after due "
+            f"({burst_rate:,.0f}/s), last visible {visible_s:.2f} s "
+            f"({len(rows) / visible_s:,.0f}/s); {early} early"
+        )
+        print("burst:", results["burst"])
+        sidecar.stop()
+
+        # Ingest and RSS: far-future schedules produced while the sidecar is stopped.
+        target = create_topic(admin, f"bench-far-{uuid.uuid4().hex[:6]}")
+        total = sidecar_total = 0
+        rss_rows = [f"0 pending: {rss0:.0f} MB"]
+        ingest_rates = []
+        for level in args.pending:
+            add = level - total
+            produce_rate = produce_fast(
+                bootstrap,
+                sidecar.buffer,
+                buffer_records(
+                    target, add, (now_ms() + DAY_MS + i for i in range(add)), f"far{level}-"
+                ),
+            )
+            ready_s = sidecar.start()
+            reached, rate, seconds = sidecar.wait_scheduled(add, args.max_ingest_s)
+            sidecar_total = total + reached
+            pending = sidecar.metrics().get("kpd_schedules_pending", -1)
+            rss = sidecar.rss_mb()
+            ingest_rates.append(rate)
+            print(
+                f"ingest of {add:,} (producer {produce_rate:,.0f}/s): {reached:,} in "
+                f"{seconds:.1f} s = {rate:,.0f} schedules/s (ready after {ready_s:.1f} s); "
+                f"pending {pending:,.0f}; RSS {rss:.0f} MB"
+            )
+            rss_rows.append(
+                f"{pending:,.0f} pending: {rss:.0f} MB (ingest {reached:,} at {rate:,.0f}/s"
+                f" in {seconds:.0f} s)"
+            )
+            sidecar.stop()
+            total = sidecar_total
+            if reached < add:
+                print(f"  !! stopped at {sidecar_total:,} pending (time cap {args.max_ingest_s} s)")
+                break
+        # A cold start on the largest backlog: the RSS a restarted sidecar settles at.
+        ready_s = sidecar.start()
+        sidecar.wait_delivering(warm)
+        rss = sidecar.rss_mb()
+        rss_rows.append(f"restart with {total:,} pending: {rss:.0f} MB, ready in {ready_s:.1f} s")
+        sidecar.stop()
+    finally:
+        sidecar.stop()
+
+    ingest = max(ingest_rates) if ingest_rates else 0.0
+    print("\n== kpd delay service vs raw consume->produce loop (same broker) ==")
+    print(f"raw loop, plain               {raw_plain:>10,.0f} records/s")
+    print(f"raw loop, transactional       {raw_txn:>10,.0f} records/s")
+    print(
+        f"ingest                        {ingest:>10,.0f} schedules/s "
+        f"({ingest / raw_txn:.2f} of txn raw, {ingest / raw_plain:.2f} of plain)"
+    )
+    print(
+        f"burst drain                   {burst_rate:>10,.0f} deliveries/s "
+        f"({burst_rate / raw_txn:.2f} of txn raw, {burst_rate / raw_plain:.2f} of plain)"
+    )
+    print(f"sustained dispatch            {results['dispatch']}")
+    print(f"burst                         {results['burst']}")
+    for row in rss_rows:
+        print(f"RSS                           {row}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--raw-n", type=int, default=200_000)
+    parser.add_argument("--rate", type=int, default=5000, help="due records per second")
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--burst", type=int, default=100_000)
+    parser.add_argument(
+        "--pending",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1_000_000, 5_000_000],
+        help="cumulative far-future backlog sizes at which RSS is measured",
+    )
+    parser.add_argument("--max-ingest-s", type=float, default=600)
+    args = parser.parse_args()
+    with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
+        run(bootstrap, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

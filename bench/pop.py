@@ -1,0 +1,804 @@
+"""Benchmark of kpd pop consumption against raw Kafka consume and a Kafka share group.
+
+    .venv/bin/python bench/pop.py                      # local broker under .kpd/bench-kafka
+    KPD_BOOTSTRAP=127.0.0.1:9092 .venv/bin/python bench/pop.py --records 100000
+
+One run, one broker, one `kpd run` process (real Kafka, real HTTP), one pre-produced topic of
+`--records` records (100-byte value, 16-byte key, 3 partitions), printing:
+  1. raw confluent-kafka consume throughput of that topic (one consumer, the physical reference);
+  2. kpd pop+ack throughput over HTTP with batches of 1, 10, 100 and 1000: `--procs` client
+     processes, each a pop -> ack loop with httpx, one fresh pop group per batch size (so every
+     batch size starts from the whole backlog); msgs/s acked, the sidecar's CPU share, and the
+     client-side pop / ack round trips under that load;
+  3. pop latency p50/p99 with messages waiting: one client, sequential pops of 1 and 10 (each
+     followed by an untimed ack), on a fresh group of the same topic;
+  4. produce-to-pop latency with long poll: a pop parked with wait_ms 20000, then one record
+     produced (linger.ms 0); latency = answer received - the record's CreateTime;
+  5. a Kafka share group (KIP-932, confluent-kafka ShareConsumer, explicit acknowledgement, each
+     record ACCEPTed) on the same topic with the same number of processes and
+     max.poll.records = batch size (best effort in librdkafka: the observed mean poll size is
+     printed), acknowledgements sent by commit_async (and, at 100, also commit_sync per poll).
+Every phase is bounded in count (`--records`) and time (`--phase-s`). With `--profile-s N` and
+py-spy installed, an extra (uncounted) batch-100 run is profiled for N s and the top frames of
+the sidecar are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sidecar.broker_for_tests import broker_for_tests, free_port  # noqa: E402
+
+VALUE_BYTES = 100
+PARTITIONS = 3
+INVISIBLE_MS = 120_000  # longer than any phase: no lease expires while measuring
+BATCHES = (1, 10, 100, 1000)
+SHARE_BATCHES = (10, 100, 1000)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+# -- Kafka helpers ---------------------------------------------------------------------------
+
+
+def create_topic(admin: AdminClient, name: str, partitions: int = PARTITIONS) -> str:
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    return name
+
+
+def produce_backlog(bootstrap: str, topic: str, n: int) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    value = b"v" * VALUE_BYTES
+    start = time.monotonic()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value, f"key-{i:012d}".encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120) != 0:
+        raise RuntimeError("backlog not fully produced")
+    return n / (time.monotonic() - start)
+
+
+def raw_consume(bootstrap: str, topic: str, n: int, limit_s: float) -> tuple[int, float]:
+    """One plain consumer reading the whole topic from the beginning: (records, records/s)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-raw-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got, start, first_batch = 0, None, 0
+    deadline = time.monotonic() + limit_s
+    while got < n and time.monotonic() < deadline:
+        batch = consumer.consume(1000, 0.5)
+        good = sum(1 for m in batch if m.error() is None)
+        if good and start is None:
+            start, first_batch = time.monotonic(), good  # the rate counts after the first batch
+        got += good
+    elapsed = time.monotonic() - (start or time.monotonic())
+    consumer.close()
+    return got, (got - first_batch) / elapsed if elapsed > 0 else 0.0
+
+
+# -- the sidecar -----------------------------------------------------------------------------
+
+
+class Sidecar:
+    def __init__(self, bootstrap: str, home: Path) -> None:
+        ns = f"bench-{uuid.uuid4().hex[:6]}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("KPD_")},
+            "KPD_BOOTSTRAP": bootstrap,
+            "KPD_NODE_ID": "bench-pop",
+            "KPD_HTTP_PORT": str(self.port),
+            "KPD_DATA_DIR": str(home / "data"),
+            "KPD_STATE_TOPIC_PREFIX": f"{ns}.",
+            "KPD_BUFFER_TOPIC": f"{ns}.delay",
+            "KPD_INVALID_TOPIC": f"{ns}.invalid",
+            "KPD_DELIVERY_LOG_TOPIC": f"{ns}.delivery-log",
+            "KPD_LOG_LEVEL": "WARNING",
+        }
+        self.log = home / "sidecar.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, limit_s: float = 300) -> float:
+        started = time.monotonic()
+        kpd = Path(sys.executable).with_name("kpd")
+        command = (
+            [str(kpd), "run"] if kpd.exists() else [sys.executable, "-m", "sidecar.cli", "run"]
+        )
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.log.parent
+            )
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"sidecar exited; see {self.log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return time.monotonic() - started
+            time.sleep(0.1)
+        raise RuntimeError("sidecar not ready")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the sidecar process so far (all its threads)."""
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def warm(self, group: str, topic: str) -> None:
+        """First pop of a group creates its fetcher (and retry / DLQ topics): do it untimed."""
+        with httpx.Client(base_url=self.url, timeout=60) as http:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                got = pop(http, group, topic, 1, wait_ms=1000)
+                if got:
+                    ack(http, group, [m["receipt"] for m in got])
+                    return
+        raise RuntimeError(f"warm-up pop of {group} got nothing")
+
+
+def pop(http: httpx.Client, group: str, topic: str, n: int, wait_ms: int = 0) -> list[dict]:
+    answer = http.post(
+        f"/v1/groups/{group}/topics/{topic}/pop",
+        json={"max_messages": n, "invisible_ms": INVISIBLE_MS, "wait_ms": wait_ms},
+        timeout=wait_ms / 1000 + 60,
+    )
+    answer.raise_for_status()
+    return list(answer.json()["messages"])
+
+
+def ack(http: httpx.Client, group: str, receipts: list[str]) -> list[dict]:
+    answer = http.post(f"/v1/groups/{group}/ack", json={"receipts": receipts}, timeout=60)
+    answer.raise_for_status()
+    return list(answer.json()["results"])
+
+
+# -- client processes ------------------------------------------------------------------------
+
+
+def pop_ack_worker(
+    url: str,
+    group: str,
+    topic: str,
+    batch: int,
+    start_at: float,
+    stop_at: float,
+    target: int,
+    acked_total: Any,
+    out: Any,
+) -> None:
+    """One client: pop -> ack until the group's target is reached, the backlog ends or time."""
+    acked = not_acked = empties = 0
+    pop_ms: list[float] = []
+    ack_ms: list[float] = []
+    first = last = 0.0
+    error = None
+    with httpx.Client(base_url=url, timeout=60) as http:
+        while time.time() < start_at:
+            time.sleep(0.001)
+        first = time.time()
+        try:
+            while time.time() < stop_at and acked_total.value < target and empties < 3:
+                t0 = time.perf_counter()
+                got = pop(http, group, topic, batch, wait_ms=0 if empties == 0 else 500)
+                t1 = time.perf_counter()
+                if not got:
+                    empties += 1
+                    continue
+                empties = 0
+                results = ack(http, group, [m["receipt"] for m in got])
+                t2 = time.perf_counter()
+                pop_ms.append((t1 - t0) * 1000)
+                ack_ms.append((t2 - t1) * 1000)
+                ok = sum(1 for r in results if r["status"] == "acked")
+                acked += ok
+                not_acked += len(results) - ok
+                with acked_total.get_lock():
+                    acked_total.value += ok
+                last = time.time()
+        except Exception as exc:  # reported, never hidden
+            error = repr(exc)
+    out.put(
+        {
+            "acked": acked,
+            "not_acked": not_acked,
+            "first": first,
+            "last": last,
+            "pop_ms": pop_ms,
+            "ack_ms": ack_ms,
+            "error": error,
+        }
+    )
+
+
+def share_worker(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    batch: int,
+    sync_commit: bool,
+    stop_at: float,
+    target: int,
+    accepted_total: Any,
+    out: Any,
+) -> None:
+    """One share consumer: poll, ACCEPT each record, send the acknowledgements.
+
+    async: commit_async once per poll (acks also ride on the next ShareFetch); sync: commit_sync
+    after every `batch` acknowledgements (one acknowledgement round trip per `batch` records,
+    like a kpd ack call), since max.poll.records does not bound the poll size.
+    """
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    accepted = polls = first_poll = pending = 0
+    first = last = 0.0
+    error = None
+    consumer = None
+    try:
+        consumer = ShareConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "share.acknowledgement.mode": "explicit",
+                "max.poll.records": batch,
+                "log_level": 3,
+            }
+        )
+        consumer.subscribe([topic])
+        idle_since = time.time()
+        while time.time() < stop_at and accepted_total.value < target:
+            messages = consumer.poll(0.5)
+            good = 0
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                good += 1
+                pending += 1
+                if sync_commit and pending >= batch:
+                    consumer.commit_sync(30)
+                    pending = 0
+            if not good:
+                if accepted and time.time() - idle_since > 5:
+                    break  # backlog drained by the others
+                continue
+            if sync_commit and pending:
+                consumer.commit_sync(30)
+                pending = 0
+            elif not sync_commit:
+                consumer.commit_async()
+            now = time.time()
+            if not first:  # the rate counts after the first poll (group join, first fetch)
+                first, first_poll = now, good
+            last, idle_since = now, now
+            polls += 1
+            accepted += good
+            with accepted_total.get_lock():
+                accepted_total.value += good
+    except Exception as exc:
+        error = repr(exc)
+    finally:
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+    out.put(
+        {
+            "accepted": accepted,
+            "first_poll": first_poll,
+            "polls": polls,
+            "first": first,
+            "last": last,
+            "error": error,
+        }
+    )
+
+
+def run_processes(ctx: Any, target_fn: Any, args_for: Any, procs: int, limit_s: float) -> list:
+    out = ctx.Queue()
+    workers = [ctx.Process(target=target_fn, args=(*args_for(i), out)) for i in range(procs)]
+    for w in workers:
+        w.start()
+    results = []
+    with contextlib.suppress(Exception):
+        for _ in workers:
+            results.append(out.get(timeout=limit_s + 90))
+    for w in workers:
+        w.join(10)
+        if w.is_alive():
+            w.terminate()
+    return results
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+
+def kpd_throughput(
+    ctx: Any,
+    sidecar: Sidecar,
+    topic: str,
+    batch: int,
+    procs: int,
+    target: int,
+    limit_s: float,
+) -> dict[str, Any]:
+    group = f"bench-pop-b{batch}-{uuid.uuid4().hex[:6]}"
+    sidecar.warm(group, topic)
+    counter = ctx.Value("q", 0)
+    start_at = time.time() + 3  # spawned interpreters import first; the clock starts together
+    stop_at = start_at + limit_s
+    cpu0 = wall0 = None
+
+    def args_for(_: int) -> tuple:
+        return (sidecar.url, group, topic, batch, start_at, stop_at, target - 1, counter)
+
+    def sample_cpu() -> None:
+        nonlocal cpu0, wall0
+        while time.time() < start_at:
+            time.sleep(0.001)
+        cpu0, wall0 = sidecar.cpu_s(), time.monotonic()
+
+    sampler = threading.Thread(target=sample_cpu)
+    sampler.start()
+    results = run_processes(ctx, pop_ack_worker, args_for, procs, limit_s + 3)
+    sampler.join()
+    cpu = (sidecar.cpu_s() - (cpu0 or 0)) / max(time.monotonic() - (wall0 or 0), 1e-9)
+    acked = sum(r["acked"] for r in results)
+    span = max((r["last"] for r in results), default=0) - min(
+        (r["first"] for r in results), default=0
+    )
+    pops = [x for r in results for x in r["pop_ms"]]
+    acks = [x for r in results for x in r["ack_ms"]]
+    return {
+        "batch": batch,
+        "acked": acked,
+        "not_acked": sum(r["not_acked"] for r in results),
+        "seconds": span,
+        "rate": acked / span if span > 0 else 0.0,
+        "sidecar_cpu": cpu,
+        "pop_p50": pct(pops, 50),
+        "pop_p99": pct(pops, 99),
+        "ack_p50": pct(acks, 50),
+        "ack_p99": pct(acks, 99),
+        "errors": [r["error"] for r in results if r["error"]],
+        "processes_reporting": len(results),
+    }
+
+
+def pop_latency(sidecar: Sidecar, topic: str, batch: int, n: int, limit_s: float) -> dict:
+    group = f"bench-lat-b{batch}-{uuid.uuid4().hex[:6]}"
+    sidecar.warm(group, topic)
+    pops: list[float] = []
+    acks: list[float] = []
+    deadline = time.monotonic() + limit_s
+    with httpx.Client(base_url=sidecar.url, timeout=60) as http:
+        while len(pops) < n and time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            got = pop(http, group, topic, batch)
+            t1 = time.perf_counter()
+            if not got:
+                break
+            pops.append((t1 - t0) * 1000)
+            ack(http, group, [m["receipt"] for m in got])
+            acks.append((time.perf_counter() - t1) * 1000)
+    return {
+        "batch": batch,
+        "n": len(pops),
+        "p50": pct(pops, 50),
+        "p99": pct(pops, 99),
+        "max": max(pops, default=float("nan")),
+        "ack_p50": pct(acks, 50),
+        "ack_p99": pct(acks, 99),
+    }
+
+
+def produce_to_pop(
+    bootstrap: str, admin: AdminClient, sidecar: Sidecar, n: int, limit_s: float
+) -> dict:
+    topic = create_topic(admin, f"bench-p2p-{uuid.uuid4().hex[:6]}")
+    group = f"bench-p2p-{uuid.uuid4().hex[:6]}"
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer.produce(topic, b"warm", b"warm")
+    producer.flush(10)
+    sidecar.warm(group, topic)
+    latencies: list[float] = []
+    misses = 0
+    deadline = time.monotonic() + limit_s
+
+    def parked_pop(http: httpx.Client) -> tuple[list[dict], int]:
+        got = pop(http, group, topic, 1, wait_ms=20_000)
+        return got, now_ms()
+
+    with httpx.Client(base_url=sidecar.url, timeout=60) as http, ThreadPoolExecutor(1) as pool:
+        for i in range(n):
+            if time.monotonic() > deadline:
+                break
+            future = pool.submit(parked_pop, http)
+            time.sleep(0.05)  # let the pop park in the sidecar
+            producer.produce(topic, b"x" * VALUE_BYTES, f"p2p-{i}".encode())
+            producer.flush(10)
+            got, received = future.result(timeout=30)
+            if not got:
+                misses += 1
+                continue
+            latencies.append(received - got[0]["timestamp_ms"])
+            ack(http, group, [m["receipt"] for m in got])
+    return {
+        "n": len(latencies),
+        "misses": misses,
+        "p50": pct(latencies, 50),
+        "p99": pct(latencies, 99),
+        "max": max(latencies, default=float("nan")),
+    }
+
+
+def share_throughput(
+    ctx: Any,
+    bootstrap: str,
+    admin: AdminClient,
+    topic: str,
+    batch: int,
+    sync_commit: bool,
+    procs: int,
+    target: int,
+    limit_s: float,
+) -> dict[str, Any]:
+    group = f"bench-share-b{batch}-{'sync' if sync_commit else 'async'}-{uuid.uuid4().hex[:6]}"
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry(
+                "share.auto.offset.reset",
+                "earliest",
+                incremental_operation=AlterConfigOpType.SET,
+            )
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    counter = ctx.Value("q", 0)
+    stop_at = time.time() + limit_s + 15  # + group join; the rate counts from the first record
+
+    def args_for(_: int) -> tuple:
+        return (bootstrap, group, topic, batch, sync_commit, stop_at, target, counter)
+
+    results = run_processes(ctx, share_worker, args_for, procs, limit_s + 15)
+    accepted = sum(r["accepted"] for r in results)
+    firsts = [r["first"] for r in results if r["first"]]
+    span = max((r["last"] for r in results), default=0) - min(firsts, default=0)
+    polls = sum(r["polls"] for r in results)
+    return {
+        "batch": batch,
+        "sync": sync_commit,
+        "accepted": accepted,
+        "seconds": span,
+        "rate": (accepted - sum(r["first_poll"] for r in results)) / span if span > 0 else 0.0,
+        "mean_poll": accepted / polls if polls else 0.0,
+        "errors": [r["error"] for r in results if r["error"]],
+        "processes_reporting": len(results),
+    }
+
+
+def profile_sidecar(
+    ctx: Any, sidecar: Sidecar, topic: str, procs: int, target: int, seconds: float
+) -> list[str]:
+    """Run batch-100 pop+ack (uncounted) while py-spy samples the sidecar; top frames."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(py_spy).exists():
+        return ["py-spy not installed: no profile"]
+    assert sidecar.process is not None
+    raw = Path(tempfile.mkdtemp(prefix="kpd-bench-prof-")) / "sidecar.txt"
+    spy = subprocess.Popen(
+        [
+            py_spy,
+            "record",
+            "--pid",
+            str(sidecar.process.pid),
+            "--duration",
+            str(int(seconds)),
+            "--rate",
+            "100",
+            "--format",
+            "raw",
+            "--threads",
+            "--nonblocking",
+            "--idle",
+            "--output",
+            str(raw),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    run = kpd_throughput(ctx, sidecar, topic, 100, procs, target, seconds)
+    try:
+        _, err = spy.communicate(timeout=seconds + 60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        _, err = spy.communicate()
+    if not raw.exists():
+        return [f"py-spy produced nothing: {err.decode(errors='replace')[-500:]}"]
+    lines = [f"profiled batch-100 run: {run['rate']:,.0f} msgs/s (uncounted), file {raw}"]
+    lines += summarise_profile(raw, "pop-service")
+    return lines
+
+
+def summarise_profile(raw: Path, focus: str) -> list[str]:
+    """Wall-clock samples (idle included) per thread; for the `focus` thread, where it spends
+    its time: self frames with line numbers, and inclusive functions."""
+    threads: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        threads[frames[0]] += count
+        if not frames[0].endswith(focus):
+            continue
+        total += count
+        seen = set()
+        for frame in frames[1:]:
+            name = re.sub(r":\d+\)$", ")", frame)
+            if name not in seen:
+                inclusive[name] += count
+                seen.add(name)
+        own[frames[-1]] += count
+    out = ["wall-clock samples per thread (100 Hz, idle included):"]
+    out += [f"  {name}: {n}" for name, n in threads.most_common(12)]
+    if not total:
+        return out
+    out.append(f"thread {focus}: {total} samples; top self frames (where its time goes):")
+    out += [f"    {n / total:6.1%}  {name}" for name, n in own.most_common(20)]
+    out.append("  top inclusive frames:")
+    out += [f"    {n / total:6.1%}  {name}" for name, n in inclusive.most_common(30)]
+    return out
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def run(bootstrap: str, args: argparse.Namespace) -> None:
+    ctx = mp.get_context("spawn")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    home = Path(tempfile.mkdtemp(prefix="kpd-bench-pop-"))
+    load_start = os.getloadavg()
+    print(f"broker {bootstrap}; sidecar files in {home}; load average at start {load_start}")
+    topic = create_topic(admin, f"bench-pop-{uuid.uuid4().hex[:6]}")
+    rate = produce_backlog(bootstrap, topic, args.records)
+    print(
+        f"backlog: {args.records:,} records of {VALUE_BYTES} B value + 16 B key on {topic} "
+        f"({PARTITIONS} partitions), produced at {rate:,.0f}/s"
+    )
+
+    raw_n, raw_rate = raw_consume(bootstrap, topic, args.records, args.phase_s)
+    print(f"1. raw consume: {raw_n:,} records at {raw_rate:,.0f} msgs/s")
+
+    sidecar = Sidecar(bootstrap, home)
+    kpd: dict[int, dict] = {}
+    latency: list[dict] = []
+    p2p: dict = {}
+    profile: list[str] = []
+    try:
+        print(f"sidecar ready in {sidecar.start():.1f} s at {sidecar.url}")
+        for batch in BATCHES:
+            r = kpd_throughput(ctx, sidecar, topic, batch, args.procs, args.records, args.phase_s)
+            kpd[batch] = r
+            print(
+                f"2. kpd pop+ack batch {batch:>4}: {r['acked']:,} acked in {r['seconds']:.1f} s "
+                f"= {r['rate']:,.0f} msgs/s; sidecar CPU {r['sidecar_cpu']:.0%} of one core; "
+                f"pop p50/p99 {r['pop_p50']:.1f}/{r['pop_p99']:.1f} ms, "
+                f"ack p50/p99 {r['ack_p50']:.1f}/{r['ack_p99']:.1f} ms under load; "
+                f"not acked {r['not_acked']}; errors {r['errors']}",
+                flush=True,
+            )
+        for batch in (1, 10):
+            r = pop_latency(sidecar, topic, batch, args.latency_pops, args.phase_s)
+            latency.append(r)
+            print(
+                f"3. pop latency batch {batch:>2} (1 client, messages waiting, {r['n']} pops): "
+                f"p50 {r['p50']:.2f} ms, p99 {r['p99']:.2f} ms, max {r['max']:.1f} ms "
+                f"(its ack p50/p99 {r['ack_p50']:.2f}/{r['ack_p99']:.2f} ms)",
+                flush=True,
+            )
+        p2p = produce_to_pop(bootstrap, admin, sidecar, args.p2p_samples, args.phase_s * 2)
+        print(
+            f"4. produce-to-pop (long poll wait_ms 20000, {p2p['n']} records, "
+            f"{p2p['misses']} empty answers): p50 {p2p['p50']:.1f} ms, "
+            f"p99 {p2p['p99']:.1f} ms, max {p2p['max']:.1f} ms",
+            flush=True,
+        )
+        if args.profile_s > 0:
+            profile = profile_sidecar(ctx, sidecar, topic, args.procs, args.records, args.profile_s)
+            print("\n".join(profile), flush=True)
+    finally:
+        sidecar.stop()
+
+    share: dict[tuple[int, bool], dict] = {}
+    share_error = None
+    try:
+        for batch, sync in [(b, s) for b in SHARE_BATCHES for s in (False, True)]:
+            r = share_throughput(
+                ctx, bootstrap, admin, topic, batch, sync, args.procs, args.records, args.phase_s
+            )
+            share[(batch, sync)] = r
+            mode = "commit_sync per batch" if sync else "commit_async per poll"
+            print(
+                f"5. share group max.poll.records {batch:>4} ({mode}): "
+                f"{r['accepted']:,} accepted in "
+                f"{r['seconds']:.1f} s = {r['rate']:,.0f} msgs/s; mean poll "
+                f"{r['mean_poll']:.0f} records; errors {r['errors']}",
+                flush=True,
+            )
+    except Exception as exc:
+        share_error = repr(exc)
+        print(f"5. share group: FAILED {share_error}")
+
+    load_end = os.getloadavg()
+    print_table(args, raw_rate, kpd, latency, p2p, share, load_start, load_end)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "raw": raw_rate,
+                    "kpd": kpd,
+                    "latency": latency,
+                    "p2p": p2p,
+                    "share": {f"{b}-{'sync' if s else 'async'}": r for (b, s), r in share.items()},
+                    "share_error": share_error,
+                    "load": [load_start, load_end],
+                    "profile": profile,
+                },
+                indent=1,
+                default=str,
+            )
+        )
+
+
+def print_table(
+    args: argparse.Namespace,
+    raw_rate: float,
+    kpd: dict[int, dict],
+    latency: list[dict],
+    p2p: dict,
+    share: dict[tuple[int, bool], dict],
+    load_start: tuple,
+    load_end: tuple,
+) -> None:
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    print()
+    print(f"| measure ({args.records:,} x {VALUE_BYTES} B, {PARTITIONS} partitions) | value |")
+    print("|---|---|")
+    print(f"| raw confluent-kafka consume, 1 consumer | {raw_rate:,.0f} msgs/s |")
+    for batch, r in kpd.items():
+        print(
+            f"| kpd pop+ack, batch {batch}, {args.procs} procs | {r['rate']:,.0f} msgs/s "
+            f"(pop p50/p99 {r['pop_p50']:.1f}/{r['pop_p99']:.1f} ms under load) |"
+        )
+    for (batch, sync), r in share.items():
+        mode = "commit_sync per batch" if sync else "commit_async per poll"
+        print(
+            f"| share group accept, max.poll.records {batch} ({mode}), {args.procs} procs "
+            f"| {r['rate']:,.0f} msgs/s (mean poll {r['mean_poll']:.0f}) |"
+        )
+    for r in latency:
+        print(
+            f"| pop latency batch {r['batch']}, 1 client | p50 {r['p50']:.2f} / p99 "
+            f"{r['p99']:.2f} ms |"
+        )
+    if p2p:
+        print(f"| produce-to-pop, long poll | p50 {p2p['p50']:.1f} / p99 {p2p['p99']:.1f} ms |")
+    print()
+    b100 = kpd.get(100, {}).get("rate", 0.0)
+    if raw_rate:
+        print(f"ratio kpd pop+ack batch 100 / raw consume: {b100 / raw_rate:.3f}")
+    for batch in SHARE_BATCHES:
+        if batch in kpd and (batch, False) in share and share[(batch, False)]["rate"]:
+            ratio = kpd[batch]["rate"] / share[(batch, False)]["rate"]
+            print(f"ratio kpd pop+ack / share group at batch {batch}: {ratio:.3f}")
+    print()
+    print(f"target pop+ack >= 50k msgs/s at batch 100: {b100:,.0f} -> {verdict(b100 >= 50_000)}")
+    if (100, False) in share:
+        s = share[(100, False)]["rate"]
+        print(
+            f"target pop+ack >= share group at batch 100: {b100:,.0f} vs {s:,.0f} -> "
+            f"{verdict(b100 >= s)}"
+        )
+    for r in latency:
+        print(
+            f"target pop p99 <= 5 ms (batch {r['batch']}, waiting): {r['p99']:.2f} ms -> "
+            f"{verdict(r['p99'] <= 5)}"
+        )
+    if p2p:
+        print(
+            f"target produce-to-pop p99 <= 20 ms: {p2p['p99']:.1f} ms -> "
+            f"{verdict(p2p['p99'] <= 20)}"
+        )
+    print(f"load average start {load_start}, end {load_end}; cpus {os.cpu_count()}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--procs", type=int, default=4, help="client processes per phase")
+    parser.add_argument("--phase-s", type=float, default=30, help="time bound of each phase")
+    parser.add_argument("--latency-pops", type=int, default=500)
+    parser.add_argument("--p2p-samples", type=int, default=200)
+    parser.add_argument("--profile-s", type=float, default=0, help="py-spy the sidecar (0: off)")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
+        run(bootstrap, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Helpers for tests that talk to Kafka directly: produce buffer records, read targets exactly.
+
+Reads never sleep: they consume until a count is reached (or a condition holds) with a deadline,
+then optionally keep reading for a short settle window to prove nothing extra arrives.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as TP
+from prometheus_client.parser import text_string_to_metric_families
+
+Headers = list[tuple[str, bytes]]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def make_producer(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+
+
+def produce_all(
+    producer: Producer,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes | None, Headers]],
+    timestamp_ms: int | None = None,
+) -> None:
+    """Produce (key, value, headers) records in order and wait until all are acknowledged."""
+    errors: list[str] = []
+
+    def on_delivery(error: Any, _: Message) -> None:
+        if error is not None:
+            errors.append(str(error))
+
+    for key, value, headers in records:
+        kwargs: dict[str, Any] = {"headers": headers, "on_delivery": on_delivery}
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} records not acknowledged"
+    assert not errors, errors
+
+
+def buffer_record(
+    target: str,
+    *,
+    value: bytes | None,
+    key: bytes | None = None,
+    deliver_at: int | None = None,
+    delay_ms: int | None = None,
+    schedule_id: str | None = None,
+    headers: Headers | None = None,
+) -> tuple[bytes | None, bytes | None, Headers]:
+    control: Headers = [("kpd-target", target.encode())]
+    if deliver_at is not None:
+        control.append(("kpd-deliver-at", str(deliver_at).encode()))
+    if delay_ms is not None:
+        control.append(("kpd-delay-ms", str(delay_ms).encode()))
+    if schedule_id is not None:
+        control.append(("kpd-id", schedule_id.encode()))
+    return key, value, [*(headers or []), *control]
+
+
+class TopicReader:
+    """Reads every partition of a topic from the beginning, keeping everything it has seen."""
+
+    def __init__(self, bootstrap: str, topic: str, isolation: str = "read_committed") -> None:
+        self.topic = topic
+        self.messages: list[Message] = []
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"kpd-test-reader-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": isolation,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 20,
+            }
+        )
+        metadata = self._consumer.list_topics(topic, timeout=10)
+        partitions = sorted(metadata.topics[topic].partitions)
+        self._consumer.assign([TP(topic, p, OFFSET_BEGINNING) for p in partitions])
+
+    def poll(self, timeout_s: float = 0.1) -> list[Message]:
+        batch = self._consumer.consume(num_messages=5000, timeout=timeout_s)
+        fresh = []
+        for message in batch:
+            if message.error() is not None:
+                if message.error().fatal():
+                    raise KafkaException(message.error())
+                continue
+            fresh.append(message)
+        self.messages.extend(fresh)
+        return fresh
+
+    def read_until(
+        self, done: Callable[[list[Message]], bool], timeout_s: float, what: str
+    ) -> list[Message]:
+        deadline = time.monotonic() + timeout_s
+        while not done(self.messages):
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"timed out after {timeout_s} s waiting for {what} on {self.topic}; "
+                    f"read {len(self.messages)} records"
+                )
+            self.poll()
+        return self.messages
+
+    def read_count(self, count: int, timeout_s: float) -> list[Message]:
+        return self.read_until(lambda m: len(m) >= count, timeout_s, f"{count} records")
+
+    def read_for(self, seconds: float) -> list[Message]:
+        """Keep reading for `seconds` (a settle window: proves nothing more arrives)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.poll(min(0.1, max(deadline - time.monotonic(), 0.001)))
+        return self.messages
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def header_dict(message: Message) -> dict[str, bytes]:
+    return {name: value for name, value in (message.headers() or [])}
+
+
+def kpd_id(message: Message) -> str:
+    return header_dict(message)["kpd-id"].decode()
+
+
+def delivered_ids(messages: Sequence[Message]) -> list[str]:
+    return [kpd_id(m) for m in messages]
+
+
+def assert_never_early(messages: Sequence[Message]) -> None:
+    """Every delivered record's broker timestamp is at or after its kpd-deliver-at."""
+    early = []
+    for message in messages:
+        due = int(header_dict(message)["kpd-deliver-at"])
+        _, timestamp = message.timestamp()
+        if timestamp < due:
+            early.append((kpd_id(message), due, timestamp))
+    assert not early, f"{len(early)} delivered early (id, due, timestamp): {early[:10]}"
+
+
+def assert_exactly_once(messages: Sequence[Message], expected_ids: set[str]) -> None:
+    ids = delivered_ids(messages)
+    duplicates = sorted(i for i, n in Counter(ids).items() if n > 1)
+    assert not duplicates, f"{len(ids) - len(set(ids))} duplicate deliveries: {duplicates[:10]}"
+    missing = expected_ids - set(ids)
+    extra = set(ids) - expected_ids
+    assert not missing, f"{len(missing)} never delivered: {sorted(missing)[:10]}"
+    assert not extra, f"{len(extra)} unexpected deliveries: {sorted(extra)[:10]}"
+    assert len(ids) == len(expected_ids)
+
+
+def log_events(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [orjson.loads(m.value()) for m in messages]
+
+
+def metric_values(http: httpx.Client) -> dict[str, float]:
+    """`/metrics` as {sample name (with sorted labels): value}."""
+    response = http.get("/metrics")
+    assert response.status_code == 200
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+def wait_delivering(http: httpx.Client, target: str, timeout_s: float = 30) -> None:
+    """Schedule one record due now over HTTP and wait until it shows `delivered`: the leader loop
+    is then running (readiness only says a leader is known)."""
+    schedule_id = f"warm-up-{uuid.uuid4().hex[:8]}"
+    response = http.post(
+        f"/v1/topics/{target}/messages",
+        json={"messages": [{"value": "warm-up", "delay_ms": 0, "id": schedule_id}]},
+    )
+    assert response.status_code == 200, response.text
+    deadline = time.monotonic() + timeout_s
+    while http.get(f"/v1/schedules/{schedule_id}").json().get("state") != "delivered":
+        if time.monotonic() > deadline:
+            pytest.fail(f"leader did not deliver a due-now record within {timeout_s} s")
+        time.sleep(0.02)
