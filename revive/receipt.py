@@ -30,6 +30,7 @@ import msgpack
 
 MAX_RECEIPT_CHARS = 512
 MIN_SECRET_BYTES = 16
+MAX_CACHED_GROUPS = 10_000
 
 _VERSION = 1
 _TAG_BYTES = 16
@@ -76,13 +77,20 @@ class ReceiptCodec:
         if not isinstance(secret, bytes) or len(secret) < MIN_SECRET_BYTES:
             raise ValueError(f"receipt secret must be at least {MIN_SECRET_BYTES} bytes")
         self._secret = secret
+        self._group_fps: dict[str, bytes] = {}  # one HMAC per group, not one per receipt
 
     def _mac(self, domain: bytes, data: bytes) -> bytes:
         return hmac.new(self._secret, domain + data, hashlib.sha256).digest()
 
     def _group_fp(self, group: str) -> bytes:
-        # surrogatepass: any str must hash, so a hostile group name cannot raise UnicodeError.
-        return self._mac(_GROUP_DOMAIN, group.encode("utf-8", "surrogatepass"))[:_GROUP_FP_BYTES]
+        fp = self._group_fps.get(group)
+        if fp is None:
+            # surrogatepass: any str must hash, so a hostile group name cannot raise UnicodeError.
+            data = group.encode("utf-8", "surrogatepass")
+            fp = self._mac(_GROUP_DOMAIN, data)[:_GROUP_FP_BYTES]
+            if len(self._group_fps) < MAX_CACHED_GROUPS:  # hostile names must not grow it
+                self._group_fps[group] = fp
+        return fp
 
     def encode(self, r: Receipt) -> str:
         """Return the receipt string; ``ValueError`` if a field is malformed or it is too long."""
