@@ -20,10 +20,8 @@ Every record is 100 bytes of value, a 16-byte key and one user header.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +38,8 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sidecar.broker_for_tests import broker_for_tests, free_port  # noqa: E402
+from sidecar.broker_for_tests import broker_for_tests  # noqa: E402
+from sidecar.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
 
 VALUE = b"v" * 100
 DAY_MS = 24 * 3600 * 1000
@@ -165,52 +164,22 @@ def raw_loop(bootstrap: str, admin: AdminClient, n: int, transactional: bool) ->
 # -- the sidecar -------------------------------------------------------------------------------
 
 
-class Sidecar:
+class Sidecar(SidecarProcess):
     def __init__(self, bootstrap: str, home: Path) -> None:
-        ns = f"bench-{uuid.uuid4().hex[:6]}"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("KPD_")},
-            "KPD_BOOTSTRAP": bootstrap,
-            "KPD_NODE_ID": "bench",
-            "KPD_HTTP_PORT": str(self.port),
-            "KPD_DATA_DIR": str(home / "data"),
-            "KPD_STATE_TOPIC_PREFIX": f"{ns}.",
-            "KPD_BUFFER_TOPIC": f"{ns}.delay",
-            "KPD_INVALID_TOPIC": f"{ns}.invalid",
-            "KPD_DELIVERY_LOG_TOPIC": f"{ns}.delivery-log",
-            "KPD_LOG_LEVEL": "WARNING",
-        }
-        self.buffer = self.env["KPD_BUFFER_TOPIC"]
-        self.log = home / "sidecar.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        env = isolated_env(
+            bootstrap, "bench", home / "data", f"bench-{uuid.uuid4().hex[:6]}", log_level="WARNING"
+        )
+        super().__init__(env, home / "sidecar.log")
+        self.buffer = env["KPD_BUFFER_TOPIC"]
 
-    def start(self) -> float:
+    def start(self, limit_s: float = 900) -> float:
         """Start and wait for /readyz; return the seconds it took."""
-        started = time.monotonic()
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "sidecar.cli", "run"],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.log.parent,
-            )
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"sidecar exited; see {self.log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return time.monotonic() - started
-            time.sleep(0.1)
-        raise RuntimeError("sidecar not ready")
+        self.spawn()
+        return self.wait_ready(limit_s)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(60)
+        if self.running():
+            self.terminate(signal.SIGTERM, 60)
 
     def metrics(self) -> dict[str, float]:
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
@@ -220,13 +189,6 @@ class Sidecar:
             for s in family.samples
             if not s.labels
         }
-
-    def rss_mb(self) -> float:
-        assert self.process is not None
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmRSS")
 
     def wait_delivering(self, target: str) -> None:
         sid = f"warm-{uuid.uuid4().hex[:6]}"

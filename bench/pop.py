@@ -59,7 +59,8 @@ from confluent_kafka.admin import (
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sidecar.broker_for_tests import broker_for_tests, free_port  # noqa: E402
+from sidecar.broker_for_tests import broker_for_tests  # noqa: E402
+from sidecar.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
 
 VALUE_BYTES = 100
 PARTITIONS = 3
@@ -134,54 +135,26 @@ def raw_consume(bootstrap: str, topic: str, n: int, limit_s: float) -> tuple[int
 # -- the sidecar -----------------------------------------------------------------------------
 
 
-class Sidecar:
+class Sidecar(SidecarProcess):
     def __init__(self, bootstrap: str, home: Path) -> None:
-        ns = f"bench-{uuid.uuid4().hex[:6]}"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("KPD_")},
-            "KPD_BOOTSTRAP": bootstrap,
-            "KPD_NODE_ID": "bench-pop",
-            "KPD_HTTP_PORT": str(self.port),
-            "KPD_DATA_DIR": str(home / "data"),
-            "KPD_STATE_TOPIC_PREFIX": f"{ns}.",
-            "KPD_BUFFER_TOPIC": f"{ns}.delay",
-            "KPD_INVALID_TOPIC": f"{ns}.invalid",
-            "KPD_DELIVERY_LOG_TOPIC": f"{ns}.delivery-log",
-            "KPD_LOG_LEVEL": "WARNING",
-        }
-        self.log = home / "sidecar.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        env = isolated_env(
+            bootstrap,
+            "bench-pop",
+            home / "data",
+            f"bench-{uuid.uuid4().hex[:6]}",
+            log_level="WARNING",
+        )
+        super().__init__(env, home / "sidecar.log")
+        self.buffer = env["KPD_BUFFER_TOPIC"]
 
     def start(self, limit_s: float = 300) -> float:
-        started = time.monotonic()
-        kpd = Path(sys.executable).with_name("kpd")
-        command = (
-            [str(kpd), "run"] if kpd.exists() else [sys.executable, "-m", "sidecar.cli", "run"]
-        )
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                command, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.log.parent
-            )
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"sidecar exited; see {self.log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return time.monotonic() - started
-            time.sleep(0.1)
-        raise RuntimeError("sidecar not ready")
+        """Start and wait for /readyz; return the seconds it took."""
+        self.spawn()
+        return self.wait_ready(limit_s)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.running():
+            self.terminate(signal.SIGTERM, 60)
 
     def cpu_s(self) -> float:
         """User + system CPU seconds of the sidecar process so far (all its threads)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from delay_service import metrics
 from delay_service.headers import (
@@ -38,15 +38,19 @@ from delay_service.timing_wheel import TimingWheelTimer
 from sidecar.clock import now_ms
 from sidecar.config import Settings
 from sidecar.delivery_log import Event, log_record
-from sidecar.kafka_clients import transactional_producer
+from sidecar.kafka_clients import state_consumer, transactional_producer
 from sidecar.state_follower import StateFollower, stage_position
 from sidecar.store import Store
 from sidecar.topics import TopicCache
 
 log = structlog.get_logger(__name__)
 
-BATCH = 2000  # records per transaction: big enough to amortise the commit, small for latency
+BATCH = 2000  # deliveries per transaction: big enough to amortise the commit
+INGEST_BATCH = 1000  # buffer records per step: bounds how long due deliveries wait behind ingest
 WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
+# The window slides in small steps: loading half a window at once (tens of thousands of entries
+# at a high due rate) stalled dispatch for that long and showed in the p99 lateness.
+SLIDE_MS = 250
 MAX_WAIT_S = 0.05  # longest poll when nothing is due (also bounds shutdown and demotion time)
 
 
@@ -123,15 +127,8 @@ class DelayLeader:
         timeout_s = settings.kafka_timeout_ms / 1000
         self._timeout_s = timeout_s
         self._producer = transactional_producer(client_config, settings.state_topic("delay-leader"))
-        self._consumer = Consumer(
-            {
-                **client_config,
-                "group.id": settings.state_topic("delay"),
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 10,
-            }
+        self._consumer = state_consumer(
+            client_config, settings.state_topic("delay"), **{"fetch.wait.max.ms": 10}
         )
         # Known targets are checked again each second: one deleted meanwhile is caught before
         # its write could fail the transaction.
@@ -168,19 +165,21 @@ class DelayLeader:
         self._producer.flush(1)
 
     def step(self) -> None:
-        messages = self._consumer.consume(num_messages=BATCH, timeout=self._wait_s())
-        now = now_ms()
-        self._refill(now)
+        messages = self._consumer.consume(num_messages=INGEST_BATCH, timeout=self._wait_s())
+        self._refill(now_ms())
         step = _Step()
+        self._dispatch_due(step)  # what is due goes first: ingest must not make it late
         records = [m for m in messages if m.error() is None]
         for message in records:
             self._ingest(message, step)
-        due = self._wheel.advance(now_ms(), limit=BATCH)
-        for _, schedule_id in due:
-            self._dispatch(schedule_id, step)
+        self._dispatch_due(step)  # past-due schedules that just arrived
         if not step.open:
             return
         self._commit(step, offsets=bool(records))
+
+    def _dispatch_due(self, step: _Step) -> None:
+        for _, schedule_id in self._wheel.advance(now_ms(), limit=BATCH):
+            self._dispatch(schedule_id, step)
 
     # -- the transaction -------------------------------------------------------------------
 
@@ -422,7 +421,7 @@ class DelayLeader:
 
     def _refill(self, now: int) -> None:
         """Slide the in-memory window: load schedules due before now + WINDOW_MS from RocksDB."""
-        if now + WINDOW_MS // 2 < self._loaded_until:
+        if now + WINDOW_MS - SLIDE_MS < self._loaded_until:
             return
         horizon = now + WINDOW_MS
         for due_ms, schedule_id in self._index.due_between(self._loaded_until, horizon):
@@ -432,7 +431,7 @@ class DelayLeader:
     def _wait_s(self) -> float:
         """Sleep in the consumer until the next timer or the next window slide, at most 50 ms."""
         now = now_ms()
-        wake = self._loaded_until - WINDOW_MS // 2
+        wake = self._loaded_until - WINDOW_MS + SLIDE_MS
         expiry = self._wheel.next_expiry_ms()
         if expiry is not None:
             wake = min(wake, expiry)

@@ -15,9 +15,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from revive.copies import Origin
+from sidecar.kafka_clients import state_consumer
 
 PAUSE_AT = 5_000  # buffered records per partition before fetching pauses (bounds memory)
 RESUME_AT = 1_000
@@ -42,16 +43,7 @@ class GroupFetcher:
         last_leased: Callable[[LaneKey], int],
     ) -> None:
         self.group, self.retry_topic = group, retry_topic
-        self.consumer = Consumer(
-            {
-                **client_config,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 5,
-            }
-        )
+        self.consumer = state_consumer(client_config, group, **{"fetch.wait.max.ms": 5})
         self._last_leased = last_leased  # offsets up to it are known to the ledgers already
         self.topics: set[str] = set()
         self.assignment: list[TopicPartition] = []

@@ -10,20 +10,16 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
+
+from sidecar.kafka_clients import state_consumer
 
 
 class OffsetReader:
     def __init__(self, client_config: dict[str, Any], timeout_s: float) -> None:
-        self._consumer = Consumer(
-            {
-                **client_config,
-                "group.id": "kpd-offset-reader",  # never commits; assign() only
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 5,
-            }
-        )
+        self._consumer = state_consumer(
+            client_config, "kpd-offset-reader", **{"fetch.wait.max.ms": 5}
+        )  # assign() only, never commits
         self._timeout_s = timeout_s
 
     def read(self, wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], Message]:

@@ -32,6 +32,7 @@ _VERSION = 1
 _KIND_CHECKPOINT = 1
 _KIND_ACK = 2
 _KIND_DEADLINE = 3
+_KIND_BATCH = 4
 
 LedgerKey = tuple[str, str, int]  # (group, source topic, partition)
 
@@ -232,6 +233,22 @@ def decode_record(data: bytes) -> StateRecord:
         _check(f, (str, str, int, int, int, int, int), "deadline")
         return DeadlineRecord(*f)
     raise InvalidStateRecord(f"unknown state record kind {kind!r}")
+
+
+def pack_batch(encoded: Sequence[bytes]) -> bytes:
+    """Several encoded records of one ledger as one Kafka value (one produce per ledger and
+    transaction instead of one per ack: the records stay individually replayable)."""
+    return msgpack.packb([_VERSION, _KIND_BATCH, list(encoded)])
+
+
+def unpack_batch(data: bytes) -> list[StateRecord]:
+    """The records of a `pack_batch` value, in order; ``InvalidStateRecord`` on anything else."""
+    kind, fields = _unpack(data)
+    if kind != _KIND_BATCH or len(fields) != 1 or not isinstance(fields[0], list):
+        raise InvalidStateRecord("not a batch of state records")
+    if not all(isinstance(item, bytes) for item in fields[0]):
+        raise InvalidStateRecord("a state record batch holds bytes only")
+    return [decode_record(item) for item in fields[0]]
 
 
 def apply(ledger: PartitionLedger, record: StateRecord) -> str:

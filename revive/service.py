@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from revive import metrics
 from revive.copies import Origin, copy_headers, previous_deliveries, user_headers
@@ -35,12 +35,13 @@ from revive.records import (
     InvalidStateRecord,
     StateRecord,
     apply,
-    decode_record,
+    pack_batch,
+    unpack_batch,
 )
 from sidecar.clock import now_ms
 from sidecar.config import GroupSettings, Settings
 from sidecar.delivery_log import Event, log_record
-from sidecar.kafka_clients import transactional_producer
+from sidecar.kafka_clients import state_consumer, transactional_producer
 from sidecar.topics import TopicSpec, ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -82,6 +83,7 @@ class _Copy:
 class _Txn:
     open: bool = False
     groups: set[str] = field(default_factory=set)
+    records: dict[str, list[bytes]] = field(default_factory=dict)  # ledger key -> state records
     copies: list[_Copy] = field(default_factory=list)
     answers: list[tuple[Future[Any], Any]] = field(default_factory=list)
 
@@ -155,6 +157,7 @@ class PopService:
         self._revive(txn)
         if txn.open:
             self._copy(txn)
+            self._write_records(txn)
             self._commit_offsets(txn)
             self._producer.commit_transaction(self._timeout_s)
         for future, answer in txn.answers:
@@ -216,8 +219,13 @@ class PopService:
     def _record(self, txn: _Txn, record: StateRecord) -> None:
         self._open(txn)
         key = f"{record.group}/{record.topic}/{record.partition}"
-        self._produce(self.state_topic, key.encode(), record.to_bytes())
+        txn.records.setdefault(key, []).append(record.to_bytes())
         txn.groups.add(record.group)
+
+    def _write_records(self, txn: _Txn) -> None:
+        """One state-topic record per ledger and transaction, keyed so a ledger stays ordered."""
+        for key, encoded in txn.records.items():
+            self._produce(self.state_topic, key.encode(), pack_batch(encoded))
 
     def _produce(self, topic: str, key: bytes | str | None, value: bytes | None, **kw: Any) -> None:
         while True:
@@ -306,8 +314,10 @@ class PopService:
                 receipt = Receipt(
                     request.group, lane, partition, message.offset(), checkpoint_id, count
                 )
-                out.append(_message_json(message, self._codec.encode(receipt), count, deadline))
                 origin = Origin.of(message)
+                out.append(
+                    _message_json(message, origin, self._codec.encode(receipt), count, deadline)
+                )
                 self._log(Event.DELIVERED, message, origin, count, now, group=request.group)
         metrics.POPPED.inc(len(out))
         return out
@@ -498,9 +508,8 @@ class PopService:
 
 
 def _message_json(
-    message: Message, receipt: str, count: int, invisible_until: int
+    message: Message, origin: Origin, receipt: str, count: int, invisible_until: int
 ) -> dict[str, Any]:
-    origin = Origin.of(message)
     body: dict[str, Any] = {
         "receipt": receipt,
         "topic": origin.topic,
@@ -532,14 +541,7 @@ def _text(data: bytes | None) -> str | None:
 
 def _read_all(config: dict[str, Any], topic: str, timeout_s: float) -> list[StateRecord]:
     """Every committed state record of `topic`, from the beginning to its current end."""
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": "kpd-pop-replay",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+    consumer = state_consumer(config, "kpd-pop-replay")
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
         partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
@@ -559,7 +561,7 @@ def _read_all(config: dict[str, Any], topic: str, timeout_s: float) -> list[Stat
                 if message.error() is not None or not message.value():
                     continue
                 try:
-                    records.append(decode_record(message.value()))
+                    records.extend(unpack_batch(message.value()))
                 except InvalidStateRecord as error:  # not written by kpd: never fatal
                     log.warning(
                         "skipping a foreign pop-state record",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from sidecar.config import Settings
@@ -17,6 +17,11 @@ def base_config(settings: Settings) -> dict[str, Any]:
         # librdkafka logs connection errors itself; the probe reports reachability instead.
         "log_level": 3,
     }
+
+
+# Consumers prefetch up to this much per partition (librdkafka's default is 64 MB); kpd consumes
+# in small steps, so a few MB keep it fed while memory stays flat as topics grow.
+PREFETCH_KBYTES = 8_192
 
 
 def admin_client(settings: Settings) -> AdminClient:
@@ -32,6 +37,9 @@ def transactional_producer(client_config: dict[str, Any], transactional_id: str)
             "transaction.timeout.ms": 30_000,
             "linger.ms": 1,
             "queue.buffering.max.messages": 1_000_000,
+            # A step's records are sent and committed before the next; a small local queue
+            # bounds memory without slowing that down (librdkafka's default allows 1 GB).
+            "queue.buffering.max.kbytes": 65_536,
             # Java clients' partitioner, so a record kpd writes for a key lands where the
             # producer's own record with that key would have.
             "partitioner": "murmur2_random",
@@ -40,5 +48,20 @@ def transactional_producer(client_config: dict[str, Any], transactional_id: str)
             # retry backoff then added ~100 ms to every step (measured in bench/pop.py).
             "retry.backoff.ms": 5,
             "retry.backoff.max.ms": 100,
+        }
+    )
+
+
+def state_consumer(client_config: dict[str, Any], group_id: str, **overrides: Any) -> Consumer:
+    """A consumer of committed data only, positioned by kpd (assign), never auto-committing."""
+    return Consumer(
+        {
+            **client_config,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",  # aborted writes of a fenced leader stay unseen
+            "auto.offset.reset": "earliest",
+            "queued.max.messages.kbytes": PREFETCH_KBYTES,
+            **overrides,
         }
     )

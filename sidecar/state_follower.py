@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
+from sidecar.kafka_clients import state_consumer
 from sidecar.store import Batch, Store
 
 log = structlog.get_logger(__name__)
@@ -30,15 +31,9 @@ class StateFollower:
     ) -> None:
         self._store = store
         self._appliers = appliers
-        self._consumer = Consumer(
-            {
-                **client_config,
-                "group.id": "kpd-state-follower",  # never joins: partitions are assigned
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-            }
-        )
+        self._consumer = state_consumer(
+            client_config, "kpd-state-follower"
+        )  # assigned, never joins
         self._assignment: list[TopicPartition] = []
         self.caught_up = False
 

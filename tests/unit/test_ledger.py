@@ -420,3 +420,17 @@ def test_replay_skips_records_of_unknown_ledgers_and_apply_returns_statuses():
     assert ledger.expired(8_999) == []
     assert apply(ledger, AckRecord(*KEY, 1, 6, Outcome.REQUEUED, 30)) == "ok"
     assert ledger.low_watermark(7) == 7
+
+
+def test_batches_keep_records_in_order_and_reject_garbage() -> None:
+    from revive.records import pack_batch, unpack_batch
+
+    records = [
+        CheckpointRecord(*KEY, 1, (5, 6), (1, 1), 1_000, 0),
+        AckRecord(*KEY, 1, 6, Outcome.ACKED, 10),
+        AckRecord(*KEY, 1, 5, Outcome.REQUEUED, 20),
+    ]
+    assert unpack_batch(pack_batch([r.to_bytes() for r in records])) == records
+    for garbage in (b"", b"\x93\x01\x04\xc0", records[1].to_bytes(), pack_batch([b"junk"])):
+        with pytest.raises(InvalidStateRecord):
+            unpack_batch(garbage)
