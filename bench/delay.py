@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -172,14 +171,8 @@ class Sidecar(SidecarProcess):
         super().__init__(env, home / "sidecar.log")
         self.buffer = env["KPD_BUFFER_TOPIC"]
 
-    def start(self, limit_s: float = 900) -> float:
-        """Start and wait for /readyz; return the seconds it took."""
-        self.spawn()
-        return self.wait_ready(limit_s)
-
-    def stop(self) -> None:
-        if self.running():
-            self.terminate(signal.SIGTERM, 60)
+    def start(self) -> float:
+        return self.launch(timeout_s=900)
 
     def metrics(self) -> dict[str, float]:
         text = httpx.get(f"{self.url}/metrics", timeout=10).text

@@ -33,7 +33,6 @@ import multiprocessing as mp
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -147,14 +146,8 @@ class Sidecar(SidecarProcess):
         super().__init__(env, home / "sidecar.log")
         self.buffer = env["KPD_BUFFER_TOPIC"]
 
-    def start(self, limit_s: float = 300) -> float:
-        """Start and wait for /readyz; return the seconds it took."""
-        self.spawn()
-        return self.wait_ready(limit_s)
-
-    def stop(self) -> None:
-        if self.running():
-            self.terminate(signal.SIGTERM, 60)
+    def start(self) -> float:
+        return self.launch(timeout_s=300)
 
     def cpu_s(self) -> float:
         """User + system CPU seconds of the sidecar process so far (all its threads)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Self
 
 import msgpack
 
@@ -88,8 +89,28 @@ def _decode_offsets(first: int, deltas: int | list[int]) -> tuple[int, ...]:
     return tuple(offsets)
 
 
+class _LedgerRecord:
+    """What every state record shares: the ledger it belongs to, and decoding."""
+
+    __slots__ = ()
+    group: str
+    topic: str
+    partition: int
+
+    @property
+    def key(self) -> LedgerKey:
+        return (self.group, self.topic, self.partition)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Self:
+        record = decode_record(data)
+        if not isinstance(record, cls):
+            raise InvalidStateRecord(f"expected a {cls.__name__}, got {type(record).__name__}")
+        return record
+
+
 @dataclass(frozen=True, slots=True)
-class CheckpointRecord:
+class CheckpointRecord(_LedgerRecord):
     """A pop batch leased ``offsets`` of one partition until ``deadline_ms``."""
 
     group: str
@@ -100,10 +121,6 @@ class CheckpointRecord:
     delivery_counts: tuple[int, ...]
     deadline_ms: int
     popped_at_ms: int
-
-    @property
-    def key(self) -> LedgerKey:
-        return (self.group, self.topic, self.partition)
 
     def to_bytes(self) -> bytes:
         if not self.offsets or len(self.offsets) != len(self.delivery_counts):
@@ -123,16 +140,9 @@ class CheckpointRecord:
             ],
         )
 
-    @classmethod
-    def from_bytes(cls, data: bytes) -> CheckpointRecord:
-        record = decode_record(data)
-        if not isinstance(record, cls):
-            raise InvalidStateRecord(f"expected a checkpoint record, got {type(record).__name__}")
-        return record
-
 
 @dataclass(frozen=True, slots=True)
-class AckRecord:
+class AckRecord(_LedgerRecord):
     """One delivery ended with ``outcome`` at ``at_ms``."""
 
     group: str
@@ -142,10 +152,6 @@ class AckRecord:
     offset: int
     outcome: Outcome
     at_ms: int
-
-    @property
-    def key(self) -> LedgerKey:
-        return (self.group, self.topic, self.partition)
 
     def to_bytes(self) -> bytes:
         return _pack(
@@ -161,16 +167,9 @@ class AckRecord:
             ],
         )
 
-    @classmethod
-    def from_bytes(cls, data: bytes) -> AckRecord:
-        record = decode_record(data)
-        if not isinstance(record, cls):
-            raise InvalidStateRecord(f"expected an ack record, got {type(record).__name__}")
-        return record
-
 
 @dataclass(frozen=True, slots=True)
-class DeadlineRecord:
+class DeadlineRecord(_LedgerRecord):
     """One lease's deadline became ``deadline_ms``, decided at ``at_ms``."""
 
     group: str
@@ -180,10 +179,6 @@ class DeadlineRecord:
     offset: int
     deadline_ms: int
     at_ms: int
-
-    @property
-    def key(self) -> LedgerKey:
-        return (self.group, self.topic, self.partition)
 
     def to_bytes(self) -> bytes:
         return _pack(
@@ -198,13 +193,6 @@ class DeadlineRecord:
                 self.at_ms,
             ],
         )
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> DeadlineRecord:
-        record = decode_record(data)
-        if not isinstance(record, cls):
-            raise InvalidStateRecord(f"expected a deadline record, got {type(record).__name__}")
-        return record
 
 
 StateRecord = CheckpointRecord | AckRecord | DeadlineRecord

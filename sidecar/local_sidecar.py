@@ -75,6 +75,16 @@ class SidecarProcess:
             time.sleep(0.05)
         return time.monotonic() - started
 
+    def launch(self, timeout_s: float) -> float:
+        """Spawn and wait until ready; the seconds it took."""
+        self.spawn()
+        return self.wait_ready(timeout_s)
+
+    def stop(self) -> None:
+        """SIGTERM if still running, and wait for the exit."""
+        if self.running():
+            self.terminate(signal.SIGTERM, 60)
+
     def terminate(self, sig: signal.Signals = signal.SIGTERM, timeout_s: float = 60) -> int:
         assert self.process is not None
         if self.process.poll() is None:

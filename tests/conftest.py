@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_helpers import unique, wait_for
 
 from sidecar.broker_for_tests import broker_for_tests
 from sidecar.local_sidecar import SidecarProcess, isolated_env
@@ -30,10 +29,6 @@ def admin(kafka_bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": kafka_bootstrap})
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
 @pytest.fixture
 def new_topic(admin: AdminClient) -> Callable[..., str]:
     """`new_topic()` creates a topic with a unique name and returns the name."""
@@ -47,18 +42,6 @@ def new_topic(admin: AdminClient) -> Callable[..., str]:
         return name
 
     return create
-
-
-def wait_for(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "") -> object:
-    """Poll `condition` until it returns something truthy; fail the test after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what or condition}")
-        time.sleep(0.02)
 
 
 class SidecarUnderTest(SidecarProcess):

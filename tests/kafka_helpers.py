@@ -22,6 +22,22 @@ from prometheus_client.parser import text_string_to_metric_families
 Headers = list[tuple[str, bytes]]
 
 
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "") -> object:
+    """Poll `condition` until it returns something truthy; fail the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what or condition}")
+        time.sleep(0.02)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 

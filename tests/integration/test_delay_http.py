@@ -6,8 +6,7 @@ import base64
 
 import httpx
 import pytest
-from conftest import wait_for
-from kafka_helpers import TopicReader, header_dict, now_ms, wait_delivering
+from kafka_helpers import TopicReader, header_dict, now_ms, wait_delivering, wait_for
 
 PROBLEM = "application/problem+json"
 MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000  # the default

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from conftest import wait_for
 from kafka_helpers import (
     TopicReader,
     assert_exactly_once,
@@ -14,6 +13,7 @@ from kafka_helpers import (
     now_ms,
     produce_all,
     wait_delivering,
+    wait_for,
 )
 
 MAX_DELAY_MS = 60_000

@@ -11,7 +11,6 @@ import shutil
 import signal
 import time
 
-from conftest import wait_for
 from kafka_helpers import (
     TopicReader,
     assert_exactly_once,
@@ -24,6 +23,7 @@ from kafka_helpers import (
     now_ms,
     produce_all,
     wait_delivering,
+    wait_for,
 )
 
 SESSION_TIMEOUT_MS = "2000"

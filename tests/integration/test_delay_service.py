@@ -11,7 +11,6 @@ import itertools
 import random
 import re
 
-from conftest import wait_for
 from kafka_helpers import (
     TopicReader,
     assert_never_early,
@@ -25,6 +24,7 @@ from kafka_helpers import (
     now_ms,
     produce_all,
     wait_delivering,
+    wait_for,
 )
 
 YEAR_MS = 365 * 24 * 3600 * 1000

@@ -8,8 +8,8 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import unique, wait_for
+from confluent_kafka import Producer, TopicPartition
+from kafka_helpers import TopicReader, unique, wait_for
 
 from api.client import KpdClient, run_worker
 
@@ -22,21 +22,8 @@ def produce(bootstrap: str, topic: str, values: list[str]) -> None:
 
 
 def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 30) -> list:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{topic}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
-    )
-    consumer.subscribe([topic])
-    found: list = []
-    deadline = time.monotonic() + timeout_s
-    while len(found) < expected and time.monotonic() < deadline:
-        found += [m for m in consumer.consume(100, timeout=0.2) if m.error() is None]
-    consumer.close()
-    return found
+    with TopicReader(bootstrap, topic) as reader:
+        return reader.read_count(expected, timeout_s)
 
 
 def pop_until(kpd: KpdClient, group: str, topic: str, count: int, **kw) -> list:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 from confluent_kafka.admin import AdminClient
-from conftest import wait_for
+from kafka_helpers import wait_for
 
 from sidecar.broker_for_tests import free_port
 from sidecar.local_kafka import LocalKafka

@@ -6,33 +6,26 @@ import json
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
+from kafka_helpers import TopicReader
 
 from spark.audit import main
 
 pytestmark = pytest.mark.spark
 
 
-def log_events(bootstrap: str, topic: str, wanted: int, timeout_s: float = 60) -> list[dict]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"audit-test-{topic}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
-    )
-    consumer.subscribe([topic])
-    events: list[dict] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        events += [
-            json.loads(m.value()) for m in consumer.consume(100, timeout=0.2) if m.error() is None
-        ]
-        if sum(e["event"] in ("delivered", "cancelled", "invalid") for e in events) >= wanted:
-            break
-    consumer.close()
-    return events
+def log_events(bootstrap: str, topic: str, settled: int, timeout_s: float = 60) -> list[dict]:
+    """The log's events once `settled` schedules are delivered, cancelled or invalid."""
+
+    def events(messages: list) -> list[dict]:
+        return [json.loads(m.value()) for m in messages]
+
+    def done(messages: list) -> bool:
+        finals = ("delivered", "cancelled", "invalid")
+        return sum(e["event"] in finals for e in events(messages)) >= settled
+
+    with TopicReader(bootstrap, topic) as reader:
+        return events(reader.read_until(done, timeout_s, f"{settled} settled schedules"))
 
 
 def test_audit_of_a_real_sidecar_log_with_injected_anomalies(
@@ -57,7 +50,7 @@ def test_audit_of_a_real_sidecar_log_with_injected_anomalies(
     for cancelled in ("s0", "s1"):
         producer.produce(buffer, None, headers=[("kpd-cancel", cancelled.encode())])
     assert producer.flush(30) == 0
-    events = log_events(kafka_bootstrap, log_topic, wanted=26 + 2 + 1)
+    events = log_events(kafka_bootstrap, log_topic, settled=26 + 2 + 1)
     delivered = [e for e in events if e["event"] == "delivered"]
     assert len(delivered) == 26
 
