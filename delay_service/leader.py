@@ -107,7 +107,6 @@ class DelayLeader:
         self._node = settings.node_id
         self._store = store
         self._index = ScheduleIndex(store)
-        self._client_config = client_config
         self.topics = DelayTopics.from_settings(settings)
         self._limits = Limits(
             max_delay_ms=settings.max_delay_ms,
@@ -155,10 +154,9 @@ class DelayLeader:
         ]
         self._consumer.assign(self._assignment)
         self._refill(now_ms())
-        metrics.PENDING.set(self._index.count_pending())
-        log.info(
-            "delay leader started", pending=self._index.count_pending(), in_wheel=len(self._wheel)
-        )
+        pending = self._index.count_pending()
+        metrics.PENDING.set(pending)
+        log.info("delay leader started", pending=pending, in_wheel=len(self._wheel))
 
     def close(self) -> None:
         self._consumer.close()
