@@ -2,7 +2,10 @@
 FROM python:3.11-slim AS sidecar
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY foundation foundation
 COPY sidecar sidecar
+COPY kpd_client kpd_client
+COPY devtools devtools
 COPY delay_service delay_service
 COPY revive revive
 COPY api api

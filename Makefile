@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 HTTP_PORT ?= 8080
 RUN_DIR := .kpd
 
-.PHONY: install up down test lint bench clean
+.PHONY: install up down test lint bench compat clean
 
 # (Re)install when pyproject.toml changes; the stamp keeps later runs instant.
 $(STAMP): pyproject.toml
@@ -53,6 +53,12 @@ lint: install
 
 test: lint
 	$(PY) -m pytest
+
+# Not part of `make test` (about 6 minutes per release): the integration suite and the client
+# checks against each Kafka release, 3 partitions per topic by default (README: Compatibility).
+KAFKA_VERSIONS ?= 3.6.2 3.9.1 4.2.1
+compat: install
+	$(PY) -m devtools.compat --versions $(KAFKA_VERSIONS)
 
 bench: install
 	$(PY) bench/delay.py

@@ -1,14 +1,20 @@
-"""Liveness, readiness and Prometheus metrics."""
+"""Liveness, readiness and Prometheus metrics: open to probes and scrapers (no token)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+import os
 
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from api.node import Node
+from api.openapi import problems
 from api.problems import problem_response
-from sidecar.process import Sidecar
 
 router = APIRouter(tags=["health"])
+MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @router.get("/healthz")
@@ -17,15 +23,21 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", response_model=None)
+@router.get("/readyz", response_model=None, responses=problems(503))
 def readyz(request: Request) -> Response | dict[str, str]:
-    sidecar: Sidecar = request.app.state.sidecar
-    reasons = sidecar.not_ready_reasons()
+    node: Node = request.app.state.node
+    reasons = node.not_ready_reasons()
     if reasons:
         return problem_response(503, "not_ready", "; ".join(reasons), reasons=reasons)
-    return {"status": "ready", "node": sidecar.settings.node_id}
+    return {"status": "ready", "node": node.settings.node_id}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 def metrics() -> Response:
+    """Prometheus text exposition format: of every worker of this sidecar, when it has several
+    (`kpd run` then gives them a shared metrics folder: prometheus_client's multiprocess mode)."""
+    if MULTIPROCESS in os.environ:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -13,25 +13,30 @@ import binascii
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from ulid import ULID
 
-from api.deps import get_sidecar, require_token
+from api.deps import get_node
+from api.node import Node
+from api.openapi import GUARDED, WITH_BODY, problems
 from api.problems import Problem
-from api.schedules import ID_PATTERN, wait_for_schedule
+from api.refused_topics import refused_topic
+from api.request_body import RequestBody
+from api.schedules import ID_PATTERN, buffer_partition, wait_for_schedule
 from delay_service.headers import CONTROL_HEADERS, DELIVER_AT, ID, TARGET
-from sidecar.clock import now_ms
-from sidecar.config import TOPIC_PATTERN
-from sidecar.process import Sidecar
+from foundation.clock import now_ms
+from foundation.config import TOPIC_PATTERN
+from foundation.record_size import record_bytes
 
-router = APIRouter(prefix="/v1", tags=["messages"], dependencies=[Depends(require_token)])
+router = APIRouter(prefix="/v1", tags=["messages"], responses=problems(*GUARDED, *WITH_BODY))
 
 VISIBLE_WAIT_S = 5.0
 MAX_MESSAGES = 1000
 
 
-class MessageIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class MessageIn(RequestBody):
+    """One message: `value` or `value_b64` (not both); `delay_ms` or `deliver_at_ms` (not both)
+    to schedule it; `id` only with one of them. kpd's control headers are refused."""
 
     key: str | None = None
     value: str | None = None
@@ -75,16 +80,11 @@ class MessageIn(BaseModel):
         return [(name, value.encode()) for name, value in (self.headers or {}).items()]
 
     def size(self) -> int:
-        payload = self.payload() or b""
-        return (
-            len((self.key or "").encode())
-            + len(payload)
-            + sum(len(n) + len(v) for n, v in self.header_list())
-        )
+        """Counted as the buffer ingest counts it, so what HTTP accepts the delay service does."""
+        return record_bytes(_key(self), self.payload(), self.header_list())
 
 
-class ProduceRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ProduceRequest(RequestBody):
     messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
 
 
@@ -108,9 +108,9 @@ class ProduceResponse(BaseModel):
 async def produce(
     body: ProduceRequest,
     topic: Annotated[str, Path(pattern=TOPIC_PATTERN)],
-    sidecar: Annotated[Sidecar, Depends(get_sidecar)],
+    node: Annotated[Node, Depends(get_node)],
 ) -> ProduceResponse:
-    settings = sidecar.settings
+    settings = node.settings
     now = now_ms()
     due_times = [_due_ms(i, m, now, settings.max_delay_ms) for i, m in enumerate(body.messages)]
     for index, message in enumerate(body.messages):
@@ -130,14 +130,12 @@ async def produce(
             "request failed validation",
             errors=[{"field": "path.topic", "message": f"{topic!r} is not a valid topic name"}],
         )
-    if topic in {spec.name for spec in sidecar.owned_topics()}:
-        # Writing kpd's own topics (state, buffer, logs) over HTTP would corrupt or loop.
-        error = ProduceResult(
-            status="error", code="kpd_topic", detail=f"topic {topic!r} belongs to kpd"
-        )
+    refused = refused_topic(node, topic)
+    if refused is not None:
+        error = ProduceResult(status="error", code=refused[0], detail=refused[1])
         return ProduceResponse(results=[error] * len(body.messages))
-    exists = sidecar.topic_cache.known(topic) or await asyncio.to_thread(
-        sidecar.topic_cache.exists, topic
+    exists = node.topic_cache.known(topic) or await asyncio.to_thread(
+        node.topic_cache.exists, topic
     )
     if not exists:
         error = ProduceResult(
@@ -145,7 +143,7 @@ async def produce(
         )
         return ProduceResponse(results=[error] * len(body.messages))
     results = await asyncio.gather(
-        *(_send(sidecar, topic, m, due) for m, due in zip(body.messages, due_times, strict=True))
+        *(_send(node, topic, m, due) for m, due in zip(body.messages, due_times, strict=True))
     )
     return ProduceResponse(results=list(results))
 
@@ -174,8 +172,8 @@ def _due_ms(index: int, message: MessageIn, now: int, max_delay_ms: int) -> int 
     return now + delay if message.delay_ms is not None else message.deliver_at_ms
 
 
-async def _send(sidecar: Sidecar, topic: str, message: MessageIn, due: int | None) -> Any:
-    producer = sidecar.api_producer
+async def _send(node: Node, topic: str, message: MessageIn, due: int | None) -> Any:
+    producer = node.api_producer
     try:
         if due is None:
             sent = await producer.produce(
@@ -185,7 +183,7 @@ async def _send(sidecar: Sidecar, topic: str, message: MessageIn, due: int | Non
                 status="enqueued", partition=sent.partition(), offset=sent.offset()
             )
         schedule_id = message.id or str(ULID())
-        existing = sidecar.schedules.get(schedule_id)
+        existing = node.schedules.get(schedule_id)
         if existing is not None:  # idempotent: the first schedule with this id stands
             return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=existing.due_ms)
         control = [
@@ -194,13 +192,14 @@ async def _send(sidecar: Sidecar, topic: str, message: MessageIn, due: int | Non
             (ID, schedule_id.encode()),
         ]
         await producer.produce(
-            sidecar.settings.buffer_topic,
+            node.settings.buffer_topic,
             message.payload(),
             _key(message),
             [*message.header_list(), *control],
+            partition=await buffer_partition(node, schedule_id),
         )
         # Read-your-writes: a GET or DELETE right after this answer should find the schedule.
-        await wait_for_schedule(sidecar, schedule_id, lambda s: s is not None, VISIBLE_WAIT_S)
+        await wait_for_schedule(node, schedule_id, lambda s: s is not None, VISIBLE_WAIT_S)
         return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=due)
     except Exception as error:  # one failed record must not fail the others
         return ProduceResult(status="error", code="produce_failed", detail=str(error)[:500])

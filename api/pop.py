@@ -1,168 +1,116 @@
 """Pop-group calls: pop, ack, nack, leases, reject, and group stats.
 
-Only the leader holds leases, so a follower forwards these calls to it (the leader's address comes
-from the election group) and relays the answer; callers may talk to any sidecar.
+Each lane is served by the leader of its shard; `api.pop_router` answers from the shards this
+worker leads and from their owners elsewhere, so callers may talk to any sidecar.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Annotated, Any
 
-import httpx
 import orjson
 from fastapi import APIRouter, Depends, Path, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import get_sidecar, require_token
+from api.deps import get_node
+from api.node import Node
+from api.openapi import GUARDED, WITH_BODY, problems
+from api.pop_bodies import (
+    AckBody,
+    GroupStats,
+    LeaseBody,
+    NackBody,
+    PopAnswer,
+    PopBody,
+    RejectBody,
+    SettleAnswer,
+)
+from api.pop_router import FORWARDED, WATCH, PopRouter
 from api.problems import Problem
+from api.refused_topics import refused_topic
+from foundation.config import NAME_PATTERN, TOPIC_PATTERN
 from revive.metrics import REQUEST_SECONDS
-from revive.service import PopRequest, PopService, SettleRequest
-from sidecar.clock import now_ms
-from sidecar.config import NAME_PATTERN, TOPIC_PATTERN
-from sidecar.process import Sidecar
 
-router = APIRouter(prefix="/v1/groups", tags=["pop"], dependencies=[Depends(require_token)])
+router = APIRouter(prefix="/v1/groups", tags=["pop"], responses=problems(*GUARDED, 503))
 
-FORWARDED = "x-kpd-forwarded"
-MAX_ITEMS = 1000
-MAX_INVISIBLE_MS = 43_200_000
 GroupName = Annotated[str, Path(pattern=NAME_PATTERN)]
 TopicName = Annotated[str, Path(pattern=TOPIC_PATTERN)]
-ReceiptText = Annotated[str, Field(min_length=1, max_length=4096)]
+SETTLE = {"response_model": SettleAnswer, "responses": problems(*WITH_BODY)}
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class PopBody(_Body):
-    max_messages: int = Field(10, ge=1, le=1000)
-    invisible_ms: int | None = Field(None, ge=1000, le=MAX_INVISIBLE_MS)
-    wait_ms: int = Field(0, ge=0, le=20_000)
-
-
-class AckBody(_Body):
-    receipts: list[ReceiptText] = Field(min_length=1, max_length=MAX_ITEMS)
-
-
-class NackItem(_Body):
-    receipt: ReceiptText
-    delay_ms: int | None = Field(None, ge=0, le=MAX_INVISIBLE_MS)
-
-
-class NackBody(_Body):
-    items: list[NackItem] = Field(min_length=1, max_length=MAX_ITEMS)
-
-
-class LeaseItem(_Body):
-    receipt: ReceiptText
-    invisible_ms: int = Field(ge=0, le=MAX_INVISIBLE_MS)
-
-
-class LeaseBody(_Body):
-    items: list[LeaseItem] = Field(min_length=1, max_length=MAX_ITEMS)
-
-
-class RejectItem(_Body):
-    receipt: ReceiptText
-    reason: str | None = Field(None, max_length=1000)
-
-
-class RejectBody(_Body):
-    items: list[RejectItem] = Field(min_length=1, max_length=MAX_ITEMS)
-
-
-@router.post("/{group}/topics/{topic}/pop")
+@router.post(
+    "/{group}/topics/{topic}/pop", response_model=PopAnswer, responses=problems(*WITH_BODY, 403)
+)
 async def pop(
     group: GroupName,
     topic: TopicName,
     body: PopBody,
     request: Request,
-    sidecar: Annotated[Sidecar, Depends(get_sidecar)],
+    node: Annotated[Node, Depends(get_node)],
 ) -> Any:
-    service = await _leader_service(request, sidecar)
-    if service is None:
-        return await _forward(request, sidecar)
+    refused = refused_topic(node, topic, group)
+    if refused is not None:
+        raise Problem(403, *refused)
     if not (
-        sidecar.topic_cache.known(topic)
-        or await asyncio.to_thread(sidecar.topic_cache.exists, topic)
+        node.topic_cache.known(topic) or await asyncio.to_thread(node.topic_cache.exists, topic)
     ):
         raise Problem(404, "topic_not_found", f"topic {topic!r} does not exist")
-    invisible_ms = body.invisible_ms or sidecar.settings.group(group).invisible_ms
-    now = now_ms()
-    call = PopRequest(group, topic, body.max_messages, invisible_ms, now + body.wait_ms)
-    messages = await _answer(service, call, "pop", timeout_s=body.wait_ms / 1000 + 30)
+    router_ = _router(request)
+    if request.headers.get(WATCH):  # a peer's long poll: how many records wait, nothing leased
+        available = await router_.watch(group, topic, body.wait_ms)
+        return _json({"messages": [], "available": available})
+    invisible_ms = body.invisible_ms or node.settings.group(group).invisible_ms
+    started = time.perf_counter()
+    try:
+        messages = await router_.pop(
+            group, topic, body.max_messages, invisible_ms, body.wait_ms, _forwarded(request)
+        )
+    finally:
+        REQUEST_SECONDS.labels("pop").observe(time.perf_counter() - started)
     return _json({"messages": messages})
 
 
-async def _settle(
-    kind: str, group: str, items: list[tuple[str, Any]], request: Request, sidecar: Sidecar
-) -> Any:
-    service = await _leader_service(request, sidecar)
-    if service is None:
-        return await _forward(request, sidecar)
-    results = await _answer(service, SettleRequest(kind, group, items), kind, timeout_s=30)
+async def _settle(kind: str, group: str, items: list[tuple[str, Any]], request: Request) -> Any:
+    started = time.perf_counter()
+    try:
+        results = await _router(request).settle(kind, group, items, _forwarded(request))
+    finally:
+        REQUEST_SECONDS.labels(kind).observe(time.perf_counter() - started)
     return _json({"results": results})
 
 
-@router.post("/{group}/ack")
-async def ack(
-    group: GroupName,
-    body: AckBody,
-    request: Request,
-    sidecar: Annotated[Sidecar, Depends(get_sidecar)],
-) -> Any:
-    return await _settle("ack", group, [(r, None) for r in body.receipts], request, sidecar)
+@router.post("/{group}/ack", **SETTLE)
+async def ack(group: GroupName, body: AckBody, request: Request) -> Any:
+    return await _settle("ack", group, [(r, None) for r in body.receipts], request)
 
 
-@router.post("/{group}/nack")
-async def nack(
-    group: GroupName,
-    body: NackBody,
-    request: Request,
-    sidecar: Annotated[Sidecar, Depends(get_sidecar)],
-) -> Any:
-    items = [(i.receipt, i.delay_ms) for i in body.items]
-    return await _settle("nack", group, items, request, sidecar)
+@router.post("/{group}/nack", **SETTLE)
+async def nack(group: GroupName, body: NackBody, request: Request) -> Any:
+    return await _settle("nack", group, [(i.receipt, i.delay_ms) for i in body.items], request)
 
 
-@router.post("/{group}/leases")
-async def leases(
-    group: GroupName,
-    body: LeaseBody,
-    request: Request,
-    sidecar: Annotated[Sidecar, Depends(get_sidecar)],
-) -> Any:
+@router.post("/{group}/leases", **SETTLE)
+async def leases(group: GroupName, body: LeaseBody, request: Request) -> Any:
     items = [(i.receipt, i.invisible_ms) for i in body.items]
-    return await _settle("leases", group, items, request, sidecar)
+    return await _settle("leases", group, items, request)
 
 
-@router.post("/{group}/reject")
-async def reject(
-    group: GroupName,
-    body: RejectBody,
-    request: Request,
-    sidecar: Annotated[Sidecar, Depends(get_sidecar)],
-) -> Any:
-    return await _settle(
-        "reject", group, [(i.receipt, i.reason) for i in body.items], request, sidecar
-    )
+@router.post("/{group}/reject", **SETTLE)
+async def reject(group: GroupName, body: RejectBody, request: Request) -> Any:
+    return await _settle("reject", group, [(i.receipt, i.reason) for i in body.items], request)
 
 
-@router.get("/{group}")
+@router.get("/{group}", response_model=GroupStats)
 async def group_stats(
-    group: GroupName, request: Request, sidecar: Annotated[Sidecar, Depends(get_sidecar)]
+    group: GroupName, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> Any:
-    service = await _leader_service(request, sidecar)
-    if service is None:
-        return await _forward(request, sidecar)
-    stats = await asyncio.to_thread(service.stats, group)
+    stats = await _router(request).stats(group, _forwarded(request))
     return {
         "group": group,
-        "config": sidecar.settings.group(group).model_dump(),
-        "node": sidecar.settings.node_id,
+        "config": node.settings.group(group).model_dump(),
+        "node": node.settings.node_id,
         **stats,
     }
 
@@ -170,57 +118,20 @@ async def group_stats(
 def _json(payload: dict[str, Any]) -> Response:
     """Serialise plain dicts with orjson: FastAPI's generic encoder costs ~µs per field, which
     adds up to milliseconds for a pop of 1000 messages."""
-    return Response(orjson.dumps(payload), media_type="application/json")
-
-
-async def _answer(service: PopService, call: Any, name: str, timeout_s: float) -> Any:
-    started = time.perf_counter()
     try:
-        return await asyncio.wait_for(asyncio.wrap_future(service.submit(call)), timeout_s)
-    except TimeoutError:
-        raise Problem(503, "leader_busy", "the pop service did not answer in time") from None
-    except RuntimeError as error:
-        raise Problem(503, "not_leader", str(error)) from None
-    finally:
-        REQUEST_SECONDS.labels(name).observe(time.perf_counter() - started)
+        content = orjson.dumps(payload)
+    except orjson.JSONEncodeError:
+        # A receipt echoed back may hold a lone surrogate (JSON allows "\ud800", UTF-8 does
+        # not); the standard encoder escapes it as the client sent it.
+        content = json.dumps(payload).encode()
+    return Response(content, media_type="application/json")
 
 
-async def _leader_service(request: Request, sidecar: Sidecar) -> PopService | None:
-    """This node's pop service if it leads; None if the call must go to the leader."""
-    if sidecar.is_leader:
-        if sidecar.pop_service is None:
-            raise Problem(
-                503,
-                "leader_starting",
-                "this sidecar is taking over leadership",
-                headers={"Retry-After": "1"},
-            )
-        return sidecar.pop_service
-    if request.headers.get(FORWARDED):
-        raise Problem(
-            503,
-            "not_leader",
-            "forwarded to a sidecar that no longer leads",
-            headers={"Retry-After": "1"},
-        )
-    return None
+def _router(request: Request) -> PopRouter:
+    router_: PopRouter = request.app.state.pop_router
+    return router_
 
 
-async def _forward(request: Request, sidecar: Sidecar) -> Response:
-    url = await asyncio.to_thread(sidecar.leader_url)
-    if url is None:
-        raise Problem(503, "no_leader", "no sidecar leads right now", headers={"Retry-After": "1"})
-    headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type")}
-    try:
-        answer = await sidecar.http.request(
-            request.method,
-            f"{url}{request.url.path}",
-            content=await request.body(),
-            headers={**headers, FORWARDED: sidecar.settings.node_id},
-            timeout=60,
-        )
-    except httpx.HTTPError as error:
-        raise Problem(503, "leader_unreachable", f"leader at {url}: {error}") from None
-    return Response(
-        answer.content, answer.status_code, media_type=answer.headers.get("content-type")
-    )
+def _forwarded(request: Request) -> bool:
+    """A peer forwarded this call: answer from local shards only."""
+    return FORWARDED in request.headers

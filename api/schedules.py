@@ -16,15 +16,14 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel
 
-from api.deps import get_sidecar, require_token
-from api.problems import Problem
+from api.deps import get_node
+from api.node import Node
+from api.openapi import GUARDED, problems
+from api.problems import Problem, leadership_moving
 from delay_service.headers import CANCEL
 from delay_service.schedules import Schedule, State
-from sidecar.process import Sidecar
 
-router = APIRouter(
-    prefix="/v1/schedules", tags=["schedules"], dependencies=[Depends(require_token)]
-)
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=problems(*GUARDED))
 
 ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 CANCEL_WAIT_S = 10.0
@@ -40,34 +39,35 @@ class ScheduleOut(BaseModel):
     deliver_at_ms: int
 
 
-def _found(sidecar: Sidecar, schedule_id: str) -> Schedule:
-    schedule = sidecar.schedules.get(schedule_id)
+def _found(node: Node, schedule_id: str) -> Schedule:
+    schedule = node.schedules.get(schedule_id)
     if schedule is None:
         raise Problem(404, "schedule_not_found", f"no schedule with id {schedule_id!r}")
     return schedule
 
 
 @router.get("/{schedule_id}", response_model=ScheduleOut)
-def get_schedule(
-    schedule_id: ScheduleId, sidecar: Annotated[Sidecar, Depends(get_sidecar)]
-) -> ScheduleOut:
-    s = _found(sidecar, schedule_id)
+def get_schedule(schedule_id: ScheduleId, node: Annotated[Node, Depends(get_node)]) -> ScheduleOut:
+    s = _found(node, schedule_id)
     return ScheduleOut(id=schedule_id, state=s.state.value, target=s.target, deliver_at_ms=s.due_ms)
 
 
-@router.delete("/{schedule_id}", status_code=204, response_class=Response)
+@router.delete(
+    "/{schedule_id}", status_code=204, response_class=Response, responses=problems(409, 503)
+)
 async def cancel_schedule(
-    schedule_id: ScheduleId, sidecar: Annotated[Sidecar, Depends(get_sidecar)]
+    schedule_id: ScheduleId, node: Annotated[Node, Depends(get_node)]
 ) -> Response:
-    schedule = _found(sidecar, schedule_id)
+    schedule = _found(node, schedule_id)
     if schedule.state is State.SCHEDULED:
-        await sidecar.api_producer.produce(
-            sidecar.settings.buffer_topic,
+        await node.api_producer.produce(
+            node.settings.buffer_topic,
             None,
             schedule_id.encode(),
             [(CANCEL, schedule_id.encode())],
+            partition=await buffer_partition(node, schedule_id),
         )
-        schedule = await _settled(sidecar, schedule_id)
+        schedule = await _settled(node, schedule_id)
     if schedule.state is State.DELIVERED:
         raise Problem(
             409,
@@ -78,29 +78,42 @@ async def cancel_schedule(
     return Response(status_code=204)
 
 
+async def buffer_partition(node: Node, schedule_id: str) -> int | None:
+    """A buffer partition the shard of `schedule_id` reads, so the record needs no re-keying
+    (None: let the partitioner choose; the delay service re-keys it)."""
+    buffer = node.settings.buffer_topic
+    known = node.topic_cache.known(buffer)
+    count = node.partitions(buffer) if known else await asyncio.to_thread(node.partitions, buffer)
+    if not count:
+        return None
+    shards = node.shard_map
+    mine = shards.partitions(shards.of_key(schedule_id), count)
+    return mine[0] if mine else None
+
+
 async def wait_for_schedule(
-    sidecar: Sidecar, schedule_id: str, done: Callable[[Schedule | None], bool], timeout_s: float
+    node: Node, schedule_id: str, done: Callable[[Schedule | None], bool], timeout_s: float
 ) -> Schedule | None:
     """Poll this node's index until `done(schedule)`; the last state seen when time runs out."""
     deadline = time.monotonic() + timeout_s
     while True:
-        schedule = sidecar.schedules.get(schedule_id)
+        schedule = node.schedules.get(schedule_id)
         if done(schedule) or time.monotonic() > deadline:
             return schedule
         await asyncio.sleep(POLL_S)
 
 
-async def _settled(sidecar: Sidecar, schedule_id: str) -> Schedule:
+async def _settled(node: Node, schedule_id: str) -> Schedule:
     """Wait until the leader has processed the cancel (or delivered first)."""
     schedule = await wait_for_schedule(
-        sidecar,
+        node,
         schedule_id,
         lambda s: s is not None and s.state is not State.SCHEDULED,
         CANCEL_WAIT_S,
     )
     if schedule is None or schedule.state is State.SCHEDULED:
-        raise Problem(
-            503,
+        # Only happens while no leader runs; a repeated DELETE is harmless (one more cancel).
+        raise leadership_moving(
             "cancel_pending",
             "the cancel is queued on the buffer topic but no "
             "leader has applied it yet; it will apply when one does",

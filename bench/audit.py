@@ -3,15 +3,19 @@
     .venv/bin/python bench/audit.py                       # 1M and 10M records
     .venv/bin/python bench/audit.py --sizes 1000000,3000000 --dir /tmp/kpd-bench
 
-Synthetic logs are typed Parquet made with numpy/pyarrow (cached per size in --dir): ~49 %
-schedules, of which 97 % delivered (lateness ~ exponential, mean 5 ms), 2 % cancelled, the rest
-pending plus a few missing; 0.01 % duplicate deliveries; the remainder pop retries / dead letters
-over 4 groups; 16 target topics; one hour of traffic.
+Synthetic logs are typed Parquet made with numpy/pyarrow (cached per size and generator version
+in --dir): ~49 % schedules, of which 97 % delivered (dispatch lateness ~ exponential, mean 5 ms),
+2 % cancelled, the rest pending plus a few missing; 2 % of the delivered schedules reach kpd 1-10 s
+after their due time (late end to end, not by dispatch); 0.01 % duplicate deliveries; the
+remainder pop events over 4 groups (70 % deliveries without due time, retries, dead letters);
+16 target topics; one hour of traffic. `--generator 1` makes the logs of the earlier runs
+(no overdue arrivals, pop retries and dead letters only), for before/after comparisons.
 
 Spark: the full `kpd audit` (`spark.audit.main`, every figure, Parquet lists, plots, HTML) on
 `local[2]`, timed after the session is up (its start-up is printed apart). DuckDB: the core of the
-same computation (counts per target and event, exact lateness percentiles per target and overall,
-missing and duplicates per target) on the same Parquet, 2 threads. Both answers are cross-checked.
+same computation (counts per target and event, exact percentiles of both lateness measures per
+target and overall, missing and duplicates per target) on the same Parquet, 2 threads. Both
+answers are cross-checked.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ HOUR = 3_600_000
 GRACE = 60_000
 
 
-def generate(n: int, path: Path, seed: int = 7) -> dict[str, int]:
+def generate(n: int, path: Path, version: int = 2, seed: int = 7) -> dict[str, int]:
     """Write a synthetic log of exactly `n` records; return the expected anomaly counts."""
     rng = np.random.default_rng(seed)
     s = int(n * 0.49)
@@ -55,7 +59,13 @@ def generate(n: int, path: Path, seed: int = 7) -> dict[str, int]:
     d_idx = np.flatnonzero(delivered)
     dup_idx = rng.choice(d_idx, max(1, int(s * 0.0001)), replace=False)
     d_idx = np.concatenate([d_idx, dup_idx])
+    enqueued = sched_at.copy()
+    if version >= 2:  # overdue on arrival: scheduled (and enqueued) after the due time
+        overdue = np.flatnonzero(delivered & (rng.random(s) < 0.02))
+        enqueued[overdue] = due[overdue] + rng.integers(1_000, 10_000, overdue.size)
+        sched_at = np.where(enqueued > due, enqueued, sched_at)
     lateness = rng.exponential(5.0, d_idx.size).astype(np.int64)
+    lateness += np.maximum(enqueued[d_idx] - due[d_idx], 0)
     c_idx = np.flatnonzero(cancelled)
     p = n - s - d_idx.size - c_idx.size
     assert p > 0
@@ -73,17 +83,23 @@ def generate(n: int, path: Path, seed: int = 7) -> dict[str, int]:
             ),
             "due_ms": pa.array(due[idx]) if event != "pop" else pa.nulls(m, pa.int64()),
             "at_ms": pa.array(at),
-            "enqueued_ms": pa.array(sched_at[idx]) if event != "pop" else pa.nulls(m, pa.int64()),
+            "enqueued_ms": pa.array(enqueued[idx]) if event != "pop" else pop_enqueued(at),
             "delivery_count": pa.array(np.ones(m, np.int64)),
             "node": pa.array(["node-a", "node-b"]).take(pa.array(rng.integers(0, 2, m))),
             "group": pa.nulls(m, pa.string()),
         }
         return pa.table(cols | extra)
 
+    def pop_enqueued(at: np.ndarray) -> pa.Array:
+        return pa.nulls(at.size, pa.int64()) if version < 2 else pa.array(at - 1_000)
+
     pop_ids = rng.integers(0, p, p)
-    pop_event = pa.array(["retried", "dead-lettered"]).take(
-        pa.array(rng.random(p) >= 0.9, pa.int8()).cast(pa.int32())
-    )
+    if version < 2:
+        kind = pa.array(rng.random(p) >= 0.9, pa.int8()).cast(pa.int32())
+        pop_event = pa.array(["retried", "dead-lettered"]).take(kind)
+    else:
+        kind = pa.array(rng.choice(3, p, p=[0.7, 0.27, 0.03]), pa.int32())
+        pop_event = pa.array(["delivered", "retried", "dead-lettered"]).take(kind)
     pop = part("pop", pop_ids, T0 + rng.integers(0, HOUR, p))
     pop = pop.set_column(0, "event", pop_event).set_column(
         pop.schema.get_field_index("group"),
@@ -106,35 +122,48 @@ def generate(n: int, path: Path, seed: int = 7) -> dict[str, int]:
 DUCKDB_SQL = """
 WITH log AS (SELECT * FROM read_parquet('{path}')),
 counts AS (SELECT target, event, count(*) AS n FROM log GROUP BY ALL),
+delay AS (SELECT * FROM log WHERE "group" IS NULL),
+deliveries AS (
+  SELECT target, at_ms - due_ms AS lat,
+         at_ms - greatest(due_ms, coalesce(enqueued_ms, due_ms)) AS disp
+  FROM log WHERE event = 'delivered' AND due_ms IS NOT NULL),
 lat AS (
-  SELECT target, count(*) AS n, quantile_cont(at_ms - due_ms, [0.5, 0.95, 0.99, 0.999]) AS q,
-         max(at_ms - due_ms) AS mx
-  FROM log WHERE event = 'delivered' GROUP BY GROUPING SETS ((target), ())),
+  SELECT target, count(*) AS n, quantile_cont(lat, [0.5, 0.95, 0.99, 0.999]) AS q,
+         quantile_cont(disp, [0.5, 0.95, 0.99, 0.999]) AS dq, max(lat) AS mx,
+         count(*) FILTER (WHERE disp > {late}) AS late,
+         count(*) FILTER (WHERE lat > {late}) AS late_e2e
+  FROM deliveries GROUP BY GROUPING SETS ((target), ())),
 sched AS (SELECT id, arg_max(target, at_ms) AS target, arg_max(due_ms, at_ms) AS due_ms
-          FROM log WHERE event = 'scheduled' GROUP BY id),
-resolved AS (SELECT DISTINCT id FROM log WHERE event IN ('delivered', 'cancelled')),
+          FROM delay WHERE event = 'scheduled' GROUP BY id),
+resolved AS (SELECT DISTINCT id FROM delay WHERE event IN ('delivered', 'cancelled', 'invalid')),
 endt AS (SELECT max(at_ms) AS end_ms FROM log),
 missing AS (SELECT target, count(*) AS n FROM sched ANTI JOIN resolved USING (id), endt
             WHERE due_ms + {grace} <= end_ms GROUP BY target),
-dups AS (SELECT min(target) AS target FROM log WHERE event = 'delivered'
+dups AS (SELECT min(target) AS target FROM delay WHERE event = 'delivered'
          GROUP BY id HAVING count(*) > 1)
 SELECT
   (SELECT count(*) FROM counts) AS count_rows,
   (SELECT q[3] FROM lat WHERE target IS NULL) AS p99,
+  (SELECT dq[3] FROM lat WHERE target IS NULL) AS dispatch_p99,
+  (SELECT late FROM lat WHERE target IS NULL) AS late,
+  (SELECT late_e2e FROM lat WHERE target IS NULL) AS late_end_to_end,
   (SELECT count(*) FROM lat) AS lat_rows,
   (SELECT coalesce(sum(n), 0) FROM missing) AS missing,
   (SELECT count(*) FROM dups) AS duplicates,
   (SELECT count(*) FROM (SELECT target, count(*) FROM dups GROUP BY target)) AS dup_targets
 """
+LATE_MS = 1000
 
 
 def run_duckdb(path: Path, threads: int) -> tuple[float, dict[str, float]]:
     con = duckdb.connect(config={"threads": threads})
     start = time.perf_counter()
-    row = con.execute(DUCKDB_SQL.format(path=path, grace=GRACE)).fetchone()
+    query = DUCKDB_SQL.format(path=path, grace=GRACE, late=LATE_MS)
+    cursor = con.execute(query)
+    row = cursor.fetchone()
     took = time.perf_counter() - start
     assert row is not None
-    names = ("count_rows", "p99", "lat_rows", "missing", "duplicates", "dup_targets")
+    names = [d[0] for d in cursor.description]
     return took, dict(zip(names, row, strict=True))
 
 
@@ -143,6 +172,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "kpd-audit-bench"))
     ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--generator", type=int, choices=(1, 2), default=2, help="log generator")
     args = ap.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     work = Path(args.dir)
@@ -162,11 +192,11 @@ def main() -> int:
     startup = time.perf_counter() - started
     rows = []
     for n in sizes:
-        path = work / f"log-{n}.parquet"
-        meta = work / f"log-{n}.json"
+        path = work / f"log-{n}-v{args.generator}.parquet"
+        meta = work / f"log-{n}-v{args.generator}.json"
         t = time.perf_counter()
         if not (path.exists() and meta.exists()):
-            meta.write_text(json.dumps(generate(n, path)))
+            meta.write_text(json.dumps(generate(n, path, args.generator)))
         gen_s = time.perf_counter() - t
         expected = json.loads(meta.read_text())
         out = work / f"out-{n}"
@@ -181,6 +211,8 @@ def main() -> int:
                 "-1",
                 "--max-duplicates",
                 "-1",
+                "--late-threshold-ms",
+                str(LATE_MS),
             ]
         )
         spark_s = time.perf_counter() - t
@@ -189,8 +221,20 @@ def main() -> int:
         for kind in ("missing", "duplicates"):
             got = (summary["anomalies"][kind], int(duck[kind]), expected[kind])
             assert len(set(got)) == 1, (kind, got)
-        assert abs(summary["overall"]["lateness_ms"]["p99"] - duck["p99"]) < 1e-6
+        overall = summary["overall"]
+        assert (overall["late"], overall["late_end_to_end"]) == (
+            duck["late"],
+            duck["late_end_to_end"],
+        )
+        assert abs(overall["lateness_ms"]["p99"] - duck["p99"]) < 1e-6
+        assert abs(overall["dispatch_lateness_ms"]["p99"] - duck["dispatch_p99"]) < 1e-6
         assert status == 0
+        figures = (overall["lateness_ms"]["p99"], overall["dispatch_lateness_ms"]["p99"])
+        late = (overall["late_end_to_end"], overall["late"])
+        print(
+            f"{n:,} records: p99 lateness {figures[0]:.1f} ms end to end, {figures[1]:.1f} ms "
+            f"dispatch; late (> {LATE_MS} ms): {late[0]:,} end to end, {late[1]:,} dispatch"
+        )
         rows.append((n, gen_s, spark_s, duck_s, expected))
 
     print(f"\nSpark session start-up (local[2], not in the timings below): {startup:.1f} s")
@@ -206,8 +250,9 @@ def main() -> int:
             f"{duck_s:>15.2f} {n / duck_s:>13,.0f} {spark_s / duck_s:>12.1f}x"
         )
     print(
-        "(answers cross-checked: missing, duplicates and overall p99 agree between engines;"
-        " gen s = 0 when the Parquet was cached)"
+        f"(generator v{args.generator}; answers cross-checked: missing, duplicates, late counts"
+        " and overall p99 of both lateness measures agree between engines; gen s = 0 when the"
+        " Parquet was cached)"
     )
     session.stop()
     return 0

@@ -37,8 +37,8 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sidecar.broker_for_tests import broker_for_tests  # noqa: E402
-from sidecar.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
+from devtools.broker_for_tests import broker_for_tests  # noqa: E402
+from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
 
 VALUE = b"v" * 100
 DAY_MS = 24 * 3600 * 1000
@@ -65,6 +65,7 @@ def produce_fast(bootstrap: str, topic: str, records: Iterator[tuple[bytes, list
             "batch.size": 1_000_000,
             "compression.type": "lz4",
             "queue.buffering.max.messages": 1_000_000,
+            "partitioner": "murmur2_random",  # Java clients' default: a key's partition as kpd's
         }
     )
     count, start = 0, time.monotonic()
@@ -175,13 +176,14 @@ class Sidecar(SidecarProcess):
         return self.launch(timeout_s=900)
 
     def metrics(self) -> dict[str, float]:
+        """Samples by name summed over their labels (per-shard gauges); no histogram buckets."""
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        return {
-            s.name: s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if not s.labels
-        }
+        values: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if "le" not in sample.labels:
+                    values[sample.name] = values.get(sample.name, 0.0) + sample.value
+        return values
 
     def wait_delivering(self, target: str) -> None:
         sid = f"warm-{uuid.uuid4().hex[:6]}"

@@ -58,8 +58,8 @@ from confluent_kafka.admin import (
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sidecar.broker_for_tests import broker_for_tests  # noqa: E402
-from sidecar.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
+from devtools.broker_for_tests import broker_for_tests  # noqa: E402
+from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
 
 VALUE_BYTES = 100
 PARTITIONS = 3

@@ -10,6 +10,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from foundation.record_size import record_bytes
+from foundation.topics import is_kafka_internal
+
 TARGET = "kpd-target"
 DELIVER_AT = "kpd-deliver-at"
 DELAY_MS = "kpd-delay-ms"
@@ -57,8 +60,7 @@ def parse(
     limits: Limits,
 ) -> ScheduleRequest | CancelRequest:
     control, user_headers = _split(headers or [])
-    size = len(key or b"") + len(value or b"")
-    size += sum(len(k.encode()) + len(v or b"") for k, v in user_headers)
+    size = record_bytes(key, value, user_headers)
     if size > limits.max_record_bytes:
         raise InvalidRecord(f"record of {size} bytes exceeds the {limits.max_record_bytes} limit")
     if CANCEL in control:
@@ -70,6 +72,8 @@ def parse(
         raise InvalidRecord(f"{TARGET} {target[:80]!r} is not a valid topic name")
     if target in limits.forbidden_targets:
         raise InvalidRecord(f"{TARGET} {target!r} is a kpd topic")
+    if is_kafka_internal(target):
+        raise InvalidRecord(f"{TARGET} {target!r} is a Kafka-internal topic")
     due_ms = _due_ms(control, timestamp_ms, limits.max_delay_ms)
     schedule_id = _schedule_id(control[ID], ID) if ID in control else default_id
     return ScheduleRequest(schedule_id, target, due_ms, user_headers)
@@ -84,8 +88,8 @@ def _split(headers: Headers) -> tuple[dict[str, str], list[tuple[str, bytes | No
             continue
         if name in control:
             raise InvalidRecord(f"header {name} given more than once")
-        try:
-            control[name] = (raw or b"").decode("ascii").strip()
+        try:  # exactly as documented: no whitespace is trimmed ("x\n" is not the id "x")
+            control[name] = (raw or b"").decode("ascii")
         except UnicodeDecodeError:
             raise InvalidRecord(f"header {name} is not ASCII") from None
     return control, user
@@ -93,7 +97,7 @@ def _split(headers: Headers) -> tuple[dict[str, str], list[tuple[str, bytes | No
 
 def _time(control: dict[str, str], name: str) -> int:
     text = control[name]
-    if not text.isdigit() or not text.isascii():
+    if not text.isascii() or not text.isdigit():
         raise InvalidRecord(f"{name} {text[:40]!r} is not a non-negative decimal integer")
     if len(text) > MAX_TIME_DIGITS:
         raise InvalidRecord(f"{name} {text[:40]!r} is out of range")

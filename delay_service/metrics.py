@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-PENDING = Gauge("kpd_schedules_pending", "Schedules waiting for their due time (leader)")
-DUE_BACKLOG = Gauge("kpd_due_backlog", "Schedules already due but not yet delivered (leader)")
+PENDING = Gauge(
+    "kpd_schedules_pending",
+    "Schedules waiting for their due time, per shard led here",
+    ["shard"],
+    multiprocess_mode="livesum",
+)
+DUE_BACKLOG = Gauge(
+    "kpd_due_backlog",
+    "Schedules already due but not yet delivered, per shard led here",
+    ["shard"],
+    multiprocess_mode="livesum",
+)
 SCHEDULED = Counter("kpd_schedules_scheduled_total", "Schedules accepted from the buffer topic")
 DELIVERED = Counter("kpd_schedules_delivered_total", "Schedules delivered to their target")
 CANCELLED = Counter("kpd_schedules_cancelled_total", "Schedules cancelled before delivery")
 INVALID = Counter("kpd_buffer_invalid_total", "Buffer records sent to the invalid topic")
 LATENESS = Histogram(
     "kpd_delivery_lateness_seconds",
-    "Delivered-at minus due time",
+    "When a delivery became visible (its transaction committed) minus its due time",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )

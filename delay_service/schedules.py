@@ -9,23 +9,32 @@ nothing, so re-reading the topic (restart, failover, rebuild) is always safe.
 
 RocksDB column families:
   schedule  id -> the latest state record (as in the topic)
-  due       due_ms (8 bytes, big endian) + id -> b""   only for `scheduled`, ordered by time
+  due       shard (2 bytes) + due_ms (8 bytes), big endian, + id -> b""   only `scheduled` ones,
+            ordered by time within each shard (a leader scans only its shards)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import msgpack
+import structlog
+from confluent_kafka import Message
 
-from sidecar.store import Batch, Store
+from foundation.shards import ShardMap
+from foundation.store import Batch, Store
+
+log = structlog.get_logger(__name__)
 
 SCHEDULE_CF = "schedule"
 # Kept beside the ids (which never start with a NUL byte) so followers and a new leader know the
-# backlog size without scanning millions of keys.
+# backlog size of each shard without scanning millions of keys.
 PENDING_COUNT_KEY = b"\x00pending"
+# The index layout and shard count it was built for; another one is cleared and rebuilt.
+FORMAT_KEY = b"\x00format"
+FORMAT = b"2"
 DUE_CF = "due"
 COLUMN_FAMILIES = (SCHEDULE_CF, DUE_CF)
 
@@ -91,15 +100,46 @@ class Schedule:
         )
 
 
-def due_key(due_ms: int, schedule_id: str) -> bytes:
-    return due_ms.to_bytes(8, "big") + schedule_id.encode()
+def _moves_forward(current: Schedule, record: Schedule) -> bool:
+    """Scheduled -> delivered or cancelled; or a cancel that came before its schedule learning
+    the schedule's target. Nothing else: terminal states are final, the first schedule wins."""
+    if current.state is State.SCHEDULED:
+        return record.state is not State.SCHEDULED
+    return (
+        current.state is State.CANCELLED
+        and not current.target
+        and record.state is State.CANCELLED
+        and bool(record.target)
+    )
+
+
+def due_key(shard: int, due_ms: int, schedule_id: str) -> bytes:
+    return shard.to_bytes(2, "big") + due_ms.to_bytes(8, "big") + schedule_id.encode()
+
+
+def _pending_key(shard: int) -> bytes:
+    return PENDING_COUNT_KEY + shard.to_bytes(2, "big")
 
 
 class ScheduleIndex:
-    """Reads and idempotent writes of schedule state in RocksDB."""
+    """Reads and idempotent writes of schedule state in RocksDB, due times kept per shard."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, shard_map: ShardMap) -> None:
         self._store = store
+        self.shards = shard_map
+
+    def ensure_format(self, offsets_cf: str, schedules_topic: str) -> bool:
+        """Clear an index of another layout (it is rebuilt from Kafka); True if it did."""
+        found = self._store.get(SCHEDULE_CF, FORMAT_KEY)
+        wanted = FORMAT + self.shards.shards.to_bytes(2, "big")
+        if found == wanted:
+            return False
+        self._store.clear([SCHEDULE_CF, DUE_CF])
+        self._store.clear_prefix(offsets_cf, f"{schedules_topic}:".encode())
+        batch = self._store.batch()
+        batch.put(SCHEDULE_CF, FORMAT_KEY, wanted)
+        self._store.write(batch)
+        return True
 
     def get(self, schedule_id: str) -> Schedule | None:
         data = self._store.get(SCHEDULE_CF, schedule_id.encode())
@@ -113,34 +153,55 @@ class ScheduleIndex:
         """
         staged: dict[str, Schedule | None] = {}
         applied = []
-        pending = self.count_pending()
+        pending: dict[int, int] = {}
         for record in records:
             sid = record.schedule_id
             current = staged[sid] if sid in staged else self.get(sid)
-            if current is not None and (
-                current.state is not State.SCHEDULED or record.state is State.SCHEDULED
-            ):
+            if current is not None and not _moves_forward(current, record):
                 continue
-            if current is not None:
-                batch.delete(DUE_CF, due_key(current.due_ms, sid))
-                pending -= 1
+            shard = self.shards.of_key(sid)
+            if shard not in pending:
+                pending[shard] = self.count_pending(shard)
+            if current is not None and current.state is State.SCHEDULED:
+                batch.delete(DUE_CF, due_key(shard, current.due_ms, sid))
+                pending[shard] -= 1
             batch.put(SCHEDULE_CF, sid.encode(), record.encode())
             if record.state is State.SCHEDULED:
-                batch.put(DUE_CF, due_key(record.due_ms, sid), b"")
-                pending += 1
+                batch.put(DUE_CF, due_key(shard, record.due_ms, sid), b"")
+                pending[shard] += 1
             staged[sid] = record
             applied.append(record)
-        if applied:
-            batch.put(SCHEDULE_CF, PENDING_COUNT_KEY, pending.to_bytes(8, "big", signed=True))
+        for shard, count in pending.items():
+            batch.put(SCHEDULE_CF, _pending_key(shard), count.to_bytes(8, "big", signed=True))
         return applied
 
-    def due_between(self, start_ms: int, stop_ms: int) -> Iterator[tuple[int, str]]:
-        """(due_ms, id) of pending schedules with start_ms <= due < stop_ms, in due order."""
-        for key, _ in self._store.scan(
-            DUE_CF, start_ms.to_bytes(8, "big"), stop_ms.to_bytes(8, "big")
-        ):
-            yield int.from_bytes(key[:8], "big"), key[8:].decode()
+    def apply_messages(self, batch: Batch, messages: Sequence[Message]) -> None:
+        """Stage records read from the schedules topic (the state follower's applier)."""
+        records = []
+        for message in messages:
+            try:
+                records.append(Schedule.decode(message.key().decode(), message.value()))
+            except Exception as error:  # a foreign record must not stop every follower
+                log.warning(
+                    "skipping a record kpd did not write",
+                    topic=message.topic(),
+                    offset=message.offset(),
+                    error=str(error),
+                )
+        self.stage(batch, records)
 
-    def count_pending(self) -> int:
-        data = self._store.get(SCHEDULE_CF, PENDING_COUNT_KEY)
-        return 0 if data is None else int.from_bytes(data, "big", signed=True)
+    def due_between(self, shard: int, start_ms: int, stop_ms: int) -> Iterator[tuple[int, str]]:
+        """(due_ms, id) of `shard`'s pending schedules with start <= due < stop, in due order."""
+        prefix = shard.to_bytes(2, "big")
+        start = prefix + max(start_ms, 0).to_bytes(8, "big")
+        for key, _ in self._store.scan(DUE_CF, start, prefix + stop_ms.to_bytes(8, "big")):
+            yield int.from_bytes(key[2:10], "big"), key[10:].decode()
+
+    def count_pending(self, shard: int | None = None) -> int:
+        """Pending schedules of one shard, or of all of them."""
+        shards = range(self.shards.shards) if shard is None else [shard]
+        total = 0
+        for one in shards:
+            data = self._store.get(SCHEDULE_CF, _pending_key(one))
+            total += 0 if data is None else int.from_bytes(data, "big", signed=True)
+        return total

@@ -4,64 +4,61 @@ The delay service keeps every pending schedule's payload in RocksDB; in memory i
 know *which* schedule id is due *when*.  This module holds exactly that: ``(schedule_id, due_ms)``
 pairs, with O(1) insert and cancel, and hands them back in due order once the clock passes them.
 
+No object per entry is tracked by the garbage collector.  An entry is a schedule id (a ``str``)
+and one ``int``, its *order key* ``due_ms << SEQ_BITS | seq`` (``seq`` is a global insertion
+counter), so comparing keys orders by due time, then insertion.  Strs and ints are not GC objects,
+and CPython never tracks a dict whose keys and values are all untracked, so the entries live in a
+bounded number of containers (per-bucket dicts, an index dict, two deques, a heap list) and a full
+collection costs the same with ten entries or a million.  An object per entry (as this module once
+had) made full collections scan every pending schedule and showed up as delivery lateness.
+
 Design (mirrors Kafka's ``SystemTimer`` / ``TimingWheel`` / ``TimerTaskList``):
 
 * ``_Wheel`` is a ring of ``wheel_size`` buckets, each covering ``tick_ms`` of time.  Entries too
   far in the future for a wheel go to its lazily created *overflow* wheel whose tick is the whole
   span of the finer wheel, so a handful of levels cover centuries (512**5 ms ~ 1,100 years).
-* ``_Bucket`` is a dict ``schedule_id -> _Entry``: O(1) add and remove, and every entry knows its
-  bucket, so ``remove()`` never searches.
+* ``_Bucket`` is a dict ``schedule_id -> order key``: O(1) add and remove.  ``remove()`` finds the
+  bucket without storing where an entry is: an entry on a wheel sits in slot
+  ``(due_ms // tick_ms) % wheel_size`` of one level, so it probes that slot on each level.
 * ``_DelayQueue`` is a ``heapq`` of *buckets* (not entries) keyed by bucket expiration.  The clock
   only moves when a bucket expires, so the cost of ``advance()`` is proportional to the number of
   non-empty buckets passed, not to elapsed milliseconds.  When an overflow bucket expires its
   entries are re-inserted and land in a finer wheel (or are due).
-* Expired entries go to a *ready* deque, already sorted by ``(due_ms, seq)``, so a 100k-entry
-  burst is sorted once and then drained in ``limit``-sized chunks with O(1) pops (no quadratic
-  re-slicing).  Entries added when already past due go to a small *late* heap that is merged with
-  the ready deque while draining, so every ``advance()`` result is sorted.
-* Cancelling an entry that already sits in the ready deque / late heap is lazy: the index
-  (``schedule_id -> _Entry``) no longer points at that entry object, so it is skipped when popped.
+* ``_ReadyQueue`` holds expired entries, already sorted by order key, as two parallel deques (keys,
+  ids): a 100k-entry burst is sorted once and then drained in ``limit``-sized chunks with O(1)
+  pops.  Entries added when already past due go to ``_LateHeap``, a heap of keys that is merged
+  with the ready queue while draining, so every ``advance()`` result is sorted.
+* Cancelling an entry that already sits in the ready queue / late heap is lazy: the index
+  (``schedule_id -> order key``) no longer holds that key (keys are unique), so it is skipped.
 
 Unlike Kafka, the lowest wheel never fires early: Kafka runs a task once its bucket expires, which
 for ``tick_ms > 1`` can be up to ``tick_ms - 1`` early.  Here an expired entry waits in the ready
-deque until ``now_ms >= due_ms``; with the default 1 ms tick the bucket time *is* the due time.
+queue until ``now_ms >= due_ms``; with the default 1 ms tick the bucket time *is* the due time.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections import deque
 
 __all__ = ["TimingWheelTimer"]
 
-
-class _Entry:
-    """One pending schedule.  ``seq`` is a global insertion counter used to break due-time ties."""
-
-    __slots__ = ("bucket", "due_ms", "schedule_id", "seq")
-
-    def __init__(self, schedule_id: str, due_ms: int, seq: int) -> None:
-        self.schedule_id = schedule_id
-        self.due_ms = due_ms
-        self.seq = seq
-        # The bucket currently holding the entry; None once it has expired out of the wheels
-        # (then it lives in the ready deque or the late heap).
-        self.bucket: _Bucket | None = None
-
-
-def _order_key(entry: _Entry) -> tuple[int, int]:
-    """Delivery order: due time first, insertion order among equal due times."""
-    return (entry.due_ms, entry.seq)
+# Order key = due_ms << SEQ_BITS | seq with 0 <= seq < 2**SEQ_BITS: more insertions than a
+# process will ever make (584 years at a billion per second), so seq never spills into the due
+# time, and ``key >> SEQ_BITS`` is the due time again (shifts are cheaper than * and //).
+SEQ_BITS = 64
 
 
 class _Bucket:
     """A slot of a wheel: the entries whose due time falls into one tick of that wheel."""
 
-    __slots__ = ("entries", "expiration_ms")
+    __slots__ = ("entries", "expiration_ms", "tick_ms")
 
-    def __init__(self) -> None:
-        self.entries: dict[str, _Entry] = {}
+    def __init__(self, tick_ms: int) -> None:
+        self.entries: dict[str, int] = {}  # schedule_id -> order key
+        self.tick_ms = tick_ms  # the span of due times it holds: [expiration_ms, + tick_ms)
         # Start of the time range this bucket currently stands for; -1 while unused.  Buckets are
         # reused as the wheel turns, so the expiration changes; a change means "push me on the
         # delay queue again" (exactly like Kafka's TimerTaskList.setExpiration).
@@ -73,21 +70,10 @@ class _Bucket:
         self.expiration_ms = expiration_ms
         return changed
 
-    def add(self, entry: _Entry) -> None:
-        self.entries[entry.schedule_id] = entry
-        entry.bucket = self
-
-    def remove(self, entry: _Entry) -> None:
-        del self.entries[entry.schedule_id]
-        entry.bucket = None
-
-    def flush(self) -> list[_Entry]:
+    def flush(self) -> dict[str, int]:
         """Empty the bucket (it is expiring) and hand back its entries for re-insertion."""
-        entries = list(self.entries.values())
-        self.entries = {}
+        entries, self.entries = self.entries, {}
         self.expiration_ms = -1
-        for entry in entries:
-            entry.bucket = None
         return entries
 
 
@@ -98,6 +84,7 @@ class _DelayQueue:
 
     def __init__(self) -> None:
         # (expiration_ms, tiebreak, bucket): the counter keeps heapq from ever comparing buckets.
+        # At most one item per bucket, so the heap is bounded by the number of buckets.
         self._heap: list[tuple[int, int, _Bucket]] = []
         self._tiebreak = itertools.count()
 
@@ -152,26 +139,25 @@ class _Wheel:
         self.interval_ms = tick_ms * wheel_size
         # Rounded down to a tick so bucket boundaries are multiples of tick_ms on every level.
         self.current_ms = start_ms - start_ms % tick_ms
-        self.buckets = [_Bucket() for _ in range(wheel_size)]
+        self.buckets = [_Bucket(tick_ms) for _ in range(wheel_size)]
         self.queue = queue
         # Created on first need: most deployments never schedule past the first few levels.
         self.overflow: _Wheel | None = None
 
-    def add(self, entry: _Entry) -> bool:
-        """Place ``entry`` on this wheel or a coarser one; False if it is already expired.
+    def add(self, schedule_id: str, due_ms: int, key: int) -> bool:
+        """Place the entry on this wheel or a coarser one; False if it is already expired.
 
         "Expired" means due before the end of the current tick of the finest wheel: it can no
         longer get a bucket of its own and must go straight to the ready/late queues.
         """
         wheel = self
-        due_ms = entry.due_ms
         while True:
             if due_ms < wheel.current_ms + wheel.tick_ms:
                 return False
             if due_ms < wheel.current_ms + wheel.interval_ms:
                 virtual_id = due_ms // wheel.tick_ms
                 bucket = wheel.buckets[virtual_id % wheel.wheel_size]
-                bucket.add(entry)
+                bucket.entries[schedule_id] = key
                 if bucket.set_expiration(virtual_id * wheel.tick_ms):
                     wheel.queue.push(bucket)
                 return True
@@ -182,6 +168,24 @@ class _Wheel:
                     wheel.interval_ms, wheel.wheel_size, wheel.current_ms, wheel.queue
                 )
             wheel = wheel.overflow
+
+    def discard(self, schedule_id: str, due_ms: int) -> bool:
+        """Take the entry off whichever level holds it; False if it is on no wheel.
+
+        Only live entries sit in buckets (a re-add or remove takes the old one off at once), so
+        the id found in the slot its due time hashes to on some level is the entry itself.  The
+        search starts at the finest level that can hold ``due_ms`` now: an entry never sits finer
+        than that, as clocks only move forward.
+        """
+        wheel: _Wheel | None = self
+        while wheel is not None and due_ms >= wheel.current_ms + wheel.interval_ms:
+            wheel = wheel.overflow
+        while wheel is not None:
+            bucket = wheel.buckets[due_ms // wheel.tick_ms % wheel.wheel_size]
+            if bucket.entries.pop(schedule_id, None) is not None:
+                return True
+            wheel = wheel.overflow
+        return False
 
     def advance_clock(self, time_ms: int) -> None:
         """Move this wheel and its overflow wheels forward (never backward) to ``time_ms``.
@@ -203,6 +207,83 @@ class _Wheel:
         return count
 
 
+class _ReadyQueue:
+    """Entries expired out of the wheels, in order-key order: parallel deques of keys and ids."""
+
+    __slots__ = ("_ids", "_keys")
+
+    def __init__(self) -> None:
+        self._keys: deque[int] = deque()
+        self._ids: deque[str] = deque()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def extend(self, batch: dict[int, str]) -> None:
+        """Append ``order key -> schedule_id`` pairs; all must sort after what is queued."""
+        keys = sorted(batch)
+        self._keys.extend(keys)
+        self._ids.extend([batch[key] for key in keys])
+
+    def head(self, index: dict[str, int]) -> int | None:
+        """Key of the first live entry, after discarding cancelled/replaced ones."""
+        keys, ids = self._keys, self._ids
+        while keys:
+            key = keys[0]
+            if index.get(ids[0]) == key:
+                return key
+            keys.popleft()
+            ids.popleft()
+        return None
+
+    def take(
+        self, out: list[tuple[int, str]], cap: int, stop_key: int, index: dict[str, int]
+    ) -> None:
+        """Move entries with keys below ``stop_key`` to ``out`` until it holds ``cap`` (-1: all).
+
+        Each comes out as ``(due_ms, schedule_id)`` and leaves ``index`` (it is no longer
+        pending); stale ones are dropped on the way.
+        """
+        keys, ids = self._keys, self._ids
+        while keys and keys[0] < stop_key and len(out) != cap:
+            key = keys.popleft()
+            schedule_id = ids.popleft()
+            if index.get(schedule_id) == key:
+                del index[schedule_id]
+                out.append((key >> SEQ_BITS, schedule_id))
+
+
+class _LateHeap:
+    """Entries added when already past the wheel's current tick: a heap of order keys."""
+
+    __slots__ = ("_ids", "_keys")
+
+    def __init__(self) -> None:
+        self._keys: list[int] = []
+        self._ids: dict[int, str] = {}  # order key -> schedule_id (keys are unique)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def push(self, key: int, schedule_id: str) -> None:
+        heapq.heappush(self._keys, key)
+        self._ids[key] = schedule_id
+
+    def head(self, index: dict[str, int]) -> int | None:
+        """Key of the first live entry, after discarding cancelled/replaced ones."""
+        keys, ids = self._keys, self._ids
+        while keys:
+            key = keys[0]
+            if index.get(ids[key]) == key:
+                return key
+            del ids[heapq.heappop(keys)]
+        return None
+
+    def pop(self) -> str:
+        """Remove the head (the entry ``head()`` just returned) and give its id."""
+        return self._ids.pop(heapq.heappop(self._keys))
+
+
 class TimingWheelTimer:
     """Hierarchical timing wheel holding ``schedule_id -> due_ms`` with a millisecond tick.
 
@@ -217,39 +298,40 @@ class TimingWheelTimer:
             raise ValueError(f"wheel_size must be >= 2, got {wheel_size}")
         self._queue = _DelayQueue()
         self._wheel = _Wheel(tick_ms, wheel_size, start_ms, self._queue)
-        # Authoritative membership: an entry object is live iff the index points at it.  Entries
-        # in the ready deque / late heap that are not the indexed object are stale and skipped.
-        self._index: dict[str, _Entry] = {}
+        # Authoritative membership: schedule_id -> order key of its live entry.  A (key, id) in
+        # the ready queue / late heap whose key the index does not hold is stale and skipped.
+        self._index: dict[str, int] = {}
         self._seq = itertools.count()
-        # Entries expired out of the wheels, sorted by (due_ms, seq); they may still be a little
-        # in the future when tick_ms > 1.  New batches always sort after older ones (see advance).
-        self._ready: deque[_Entry] = deque()
-        # Entries that were added when already past the wheel's current tick; usually tiny.
-        self._late: list[tuple[int, int, _Entry]] = []
+        self._ready = _ReadyQueue()
+        self._late = _LateHeap()
 
     # -- public API ---------------------------------------------------------------------------
 
     def add(self, schedule_id: str, due_ms: int) -> None:
-        """Add or re-add ``schedule_id`` to fire at ``due_ms``.
+        """Add or re-add ``schedule_id`` to fire at ``due_ms`` (an integer, else TypeError).
 
         An entry whose ``due_ms`` is already <= the current clock is due immediately (returned by
         the next ``advance()``).  Adding an id that is present replaces it: the new due time wins
         and, for tie-breaking, it counts as inserted now.
         """
-        old = self._index.pop(schedule_id, None)
-        if old is not None:
-            self._detach(old)
-        entry = _Entry(schedule_id, due_ms, next(self._seq))
-        self._index[schedule_id] = entry
-        if not self._wheel.add(entry):
-            heapq.heappush(self._late, (due_ms, entry.seq, entry))
+        # A float would make an inexact order key: two entries could share one, defeating both
+        # the insertion order and the stale-entry check.
+        due_ms = operator.index(due_ms)
+        old_key = self._index.pop(schedule_id, None)
+        if old_key is not None:
+            self._wheel.discard(schedule_id, old_key >> SEQ_BITS)
+        key = (due_ms << SEQ_BITS) + next(self._seq)
+        self._index[schedule_id] = key
+        if not self._wheel.add(schedule_id, due_ms, key):
+            self._late.push(key, schedule_id)
 
     def remove(self, schedule_id: str) -> bool:
         """Cancel ``schedule_id`` in O(1); True if it was present."""
-        entry = self._index.pop(schedule_id, None)
-        if entry is None:
+        key = self._index.pop(schedule_id, None)
+        if key is None:
             return False
-        self._detach(entry)
+        # On a wheel it is unlinked at once; in the ready queue / late heap it is skipped later.
+        self._wheel.discard(schedule_id, key >> SEQ_BITS)
         return True
 
     def __contains__(self, schedule_id: object) -> bool:
@@ -281,13 +363,8 @@ class TimingWheelTimer:
         """
         if not self._index:
             return None
-        candidates: list[int] = []
-        head = self._peek_ready()
-        if head is not None:
-            candidates.append(head.due_ms)
-        late = self._peek_late()
-        if late is not None:
-            candidates.append(late.due_ms)
+        keys = (self._ready.head(self._index), self._late.head(self._index))
+        candidates = [key >> SEQ_BITS for key in keys if key is not None]
         bucket_ms = self._queue.peek_expiration()
         if bucket_ms is not None:
             candidates.append(bucket_ms)
@@ -308,75 +385,50 @@ class TimingWheelTimer:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _detach(self, entry: _Entry) -> None:
-        # Entries still on a wheel are unlinked from their bucket right away; entries already in
-        # the ready deque / late heap are left there and skipped later (see _index).
-        if entry.bucket is not None:
-            entry.bucket.remove(entry)
-
     def _expire_buckets(self, now_ms: int) -> None:
-        """Flush every bucket expiring at or before ``now_ms`` into the ready deque.
+        """Flush every bucket expiring at or before ``now_ms`` into the ready queue.
 
         As in Kafka, the clock jumps to each bucket's expiration before its entries are
         re-inserted, so entries of an expiring overflow bucket cascade into finer wheels (whose
         buckets, if already expired, are popped by this same loop).  Everything that comes out
         expired in one call is sorted once.  Each such batch sorts after everything already in
-        the ready deque: earlier batches came from buckets before the previous ``now``, this batch
+        the ready queue: earlier batches came from buckets before the previous ``now``, this batch
         from buckets after it, and bucket boundaries are multiples of ``tick_ms``.
         """
         wheel, queue = self._wheel, self._queue
-        batch: list[_Entry] = []
+        expired: dict[int, str] = {}  # order key -> schedule_id
         while (bucket := queue.pop_expired(now_ms)) is not None:
             wheel.advance_clock(bucket.expiration_ms)
-            for entry in bucket.flush():
-                if not wheel.add(entry):
-                    batch.append(entry)
+            entries = bucket.flush()
+            if bucket.tick_ms == wheel.tick_ms:
+                # A bucket of the finest wheel: the clock is at its start, so all its entries fall
+                # in the current tick and are expired; no need to try re-inserting them one by one.
+                expired.update(zip(entries.values(), entries, strict=True))
+                continue
+            for schedule_id, key in entries.items():
+                if not wheel.add(schedule_id, key >> SEQ_BITS, key):
+                    expired[key] = schedule_id
         wheel.advance_clock(now_ms)
-        if batch:
-            # Needed even with a 1 ms tick: one millisecond's entries may come from an overflow
-            # bucket (added long ago) and from a finer bucket (added recently) in either order.
-            batch.sort(key=_order_key)
-            self._ready.extend(batch)
-
-    def _peek_ready(self) -> _Entry | None:
-        """Head of the ready deque after discarding cancelled/replaced entries."""
-        ready, index = self._ready, self._index
-        while ready:
-            entry = ready[0]
-            if index.get(entry.schedule_id) is entry:
-                return entry
-            ready.popleft()
-        return None
-
-    def _peek_late(self) -> _Entry | None:
-        """Head of the late heap after discarding cancelled/replaced entries."""
-        late, index = self._late, self._index
-        while late:
-            entry = late[0][2]
-            if index.get(entry.schedule_id) is entry:
-                return entry
-            heapq.heappop(late)
-        return None
+        if expired:
+            # Sorting is needed even with a 1 ms tick: one millisecond's entries may come from an
+            # overflow bucket (added long ago) and from a finer bucket (added recently).
+            self._ready.extend(expired)
 
     def _drain(self, now_ms: int, limit: int | None) -> list[tuple[int, str]]:
-        """Pop up to ``limit`` due entries, merging the ready deque and the late heap in order."""
+        """Pop up to ``limit`` due entries, merging the ready queue and the late heap in order."""
         out: list[tuple[int, str]] = []
-        remaining = -1 if limit is None else limit
+        cap = -1 if limit is None else limit
         ready, late, index = self._ready, self._late, self._index
-        while remaining != 0:
-            head = self._peek_ready()
-            late_head = self._peek_late() if late else None
-            if late_head is not None and (head is None or _order_key(late_head) < _order_key(head)):
-                if late_head.due_ms > now_ms:
-                    break
-                heapq.heappop(late)
-                entry = late_head
-            else:
-                if head is None or head.due_ms > now_ms:
-                    break
-                ready.popleft()
-                entry = head
-            del index[entry.schedule_id]
-            out.append((entry.due_ms, entry.schedule_id))
-            remaining -= 1
+        due_stop = (now_ms + 1) << SEQ_BITS  # the keys below it are due by now_ms
+        while len(out) != cap:
+            late_key = late.head(index)
+            if late_key is None or late_key >= due_stop:
+                ready.take(out, cap, due_stop, index)
+                break
+            ready.take(out, cap, late_key, index)  # what sorts before the late head goes first
+            if len(out) == cap:
+                break
+            schedule_id = late.pop()
+            del index[schedule_id]
+            out.append((late_key >> SEQ_BITS, schedule_id))
         return out

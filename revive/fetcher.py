@@ -4,9 +4,10 @@ A *lane* is a stream of records handed out in offset order: one per partition of
 and, in the group's retry topic, one per (partition, origin topic), because the retry topic of a
 group carries retries of all its topics. Each lane has its own ledger (`revive.ledger`).
 
-One consumer per group, with the group's name as `group.id`, so the offsets the pop service
-commits (in its transactions) are the group's offsets that Kafka tooling shows. Partitions are
-assigned explicitly (never rebalanced among sidecars: only the leader reads).
+One consumer per group and shard, with the group's name as `group.id`, so the offsets the pop
+service commits (in its transactions) are the group's offsets that Kafka tooling shows. It is
+assigned explicitly the partitions its shard serves (`foundation.shards`: each (group, topic,
+partition) belongs to one shard), never rebalanced: only the shard's leader reads them.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from revive.copies import Origin
-from sidecar.kafka_clients import state_consumer
+from foundation.kafka_clients import state_consumer
+from revive.copies import Provenance, trusted_or_flagged
 
 PAUSE_AT = 5_000  # buffered records per partition before fetching pauses (bounds memory)
 RESUME_AT = 1_000
 LaneKey = tuple[str, int]  # (lane name, partition)
+Fetched = tuple[Message, Provenance]
+# Retry-topic records whose kpd headers cannot be trusted gather under this origin ("" is no
+# topic name, so no pop asks for it); the pop service dead-letters them with the reason.
+UNTRUSTED = ""
 
 
 def lane_name(source_topic: str, origin_topic: str) -> str:
@@ -41,13 +46,15 @@ class GroupFetcher:
         retry_topic: str,
         client_config: dict[str, Any],
         last_leased: Callable[[LaneKey], int],
+        owns: Callable[[str, int], bool],
     ) -> None:
         self.group, self.retry_topic = group, retry_topic
         self.consumer = state_consumer(client_config, group, **{"fetch.wait.max.ms": 5})
         self._last_leased = last_leased  # offsets up to it are known to the ledgers already
+        self._owns = owns  # (topic, partition) -> does this shard serve that source partition?
         self.topics: set[str] = set()
         self.assignment: list[TopicPartition] = []
-        self._lanes: dict[LaneKey, deque[Message]] = {}
+        self._lanes: dict[LaneKey, deque[Fetched]] = {}
         self._by_origin: dict[str, list[LaneKey]] = {}  # origin topic -> its lanes
         self._buffered: dict[tuple[str, int], int] = {}
         self._paused: set[tuple[str, int]] = set()
@@ -59,7 +66,10 @@ class GroupFetcher:
             return
         metadata = self.consumer.list_topics(timeout=timeout_s)
         partitions = [
-            TopicPartition(t, p) for t in new for p in sorted(metadata.topics[t].partitions)
+            TopicPartition(t, p)
+            for t in new
+            for p in sorted(metadata.topics[t].partitions)
+            if self._owns(t, p)
         ]
         committed = self.consumer.committed(partitions, timeout=timeout_s)
         start = [
@@ -72,45 +82,49 @@ class GroupFetcher:
         self.assignment.extend(start)
         self.topics.update(new)
 
-    def fetch(self) -> int:
-        """Move what the consumer has prefetched into lanes; never blocks."""
-        count = 0
+    def fetch(self) -> set[str]:
+        """Move what the consumer has prefetched into lanes; never blocks. Returns the origin
+        topics that got records (a pop of one of them may find something now)."""
+        arrived: set[str] = set()
         for message in self.consumer.consume(num_messages=2_000, timeout=0):
             if message.error() is not None:
                 continue
-            origin = Origin.of(message).topic if message.topic() == self.retry_topic else None
-            key = (lane_name(message.topic(), origin or message.topic()), message.partition())
+            found = trusted_or_flagged(message, self.retry_topic)
+            origin = UNTRUSTED if found.distrust else found.origin.topic
+            key = (lane_name(message.topic(), origin), message.partition())
             if message.offset() <= self._last_leased(key):
                 continue  # leased before a restart: the ledger has it
             lane = self._lanes.get(key)
             if lane is None:
                 lane = self._lanes[key] = deque()
-                self._by_origin.setdefault(origin or message.topic(), []).append(key)
-            lane.append(message)
+                self._by_origin.setdefault(origin, []).append(key)
+            lane.append((message, found))
             self._count((message.topic(), message.partition()), 1)
-            count += 1
-        return count
+            arrived.add(origin)
+        return arrived
 
-    def take(self, topic: str, limit: int) -> list[tuple[LaneKey, Message]]:
+    def take(self, topic: str, limit: int) -> list[tuple[LaneKey, Fetched]]:
         """Up to `limit` records for pops of `topic`, retries first (they waited longest)."""
-        taken: list[tuple[LaneKey, Message]] = []
+        taken: list[tuple[LaneKey, Fetched]] = []
         for key in sorted(self._by_origin.get(topic, ()), key=lambda k: "/" not in k[0]):
             lane = self._lanes[key]
             while lane and len(taken) < limit:
-                message = lane.popleft()
-                taken.append((key, message))
-                self._count((message.topic(), message.partition()), -1)
+                fetched = lane.popleft()
+                taken.append((key, fetched))
+                self._count((fetched[0].topic(), fetched[0].partition()), -1)
         return taken
 
-    def available(self, topic: str, retries: bool) -> int:
-        """Buffered records for pops of `topic`: retry copies, or originals."""
+    def available(self, topic: str, retries: bool | None = None) -> int:
+        """Buffered records for pops of `topic`: retry copies, originals, or (None) both."""
         lanes = self._by_origin.get(topic, ())
-        return sum(len(self._lanes[key]) for key in lanes if ("/" in key[0]) == retries)
+        return sum(
+            len(self._lanes[key]) for key in lanes if retries is None or ("/" in key[0]) == retries
+        )
 
     def cursor(self, topic: str, partition: int) -> int:
         """The next offset of this partition not yet handed out (buffered ones included)."""
         heads = [
-            lane[0].offset()
+            lane[0][0].offset()
             for (name, p), lane in self._lanes.items()
             if p == partition and lane and source_topic(name) == topic
         ]

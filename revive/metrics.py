@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 POPPED = Counter("kpd_pop_messages_total", "Messages handed out by pop (each delivery)")
 ACKED = Counter("kpd_pop_acked_total", "Deliveries acked")
@@ -13,4 +13,7 @@ REQUEST_SECONDS = Histogram(
     "Time to answer pop-group calls (leader side)",
     ["call"],
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5, 20),
+)
+PARKED = Gauge(
+    "kpd_pop_parked", "Pop calls waiting for messages (long polls)", multiprocess_mode="livesum"
 )

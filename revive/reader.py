@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
-from sidecar.kafka_clients import state_consumer
+from foundation.kafka_clients import state_consumer
 
 
 class OffsetReader:

@@ -1,4 +1,5 @@
-"""`kpd` command line: run a sidecar, manage the local Kafka, run the Spark audit."""
+"""`kpd` command line: run a sidecar, manage the local Kafka, run the Spark audit, and the client
+verbs (produce, pop, ack, ...: `kpd_client.cli`) that talk to a running sidecar."""
 
 from __future__ import annotations
 
@@ -7,9 +8,46 @@ import os
 import sys
 from pathlib import Path
 
-from sidecar.config import SettingsError, load_settings
-from sidecar.local_kafka import DEFAULT_DIR, DEFAULT_PORT, LocalKafka, LocalKafkaError
-from sidecar.maven import MavenError
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from devtools.local_kafka import DEFAULT_DIR, DEFAULT_PORT, LocalKafka, LocalKafkaError
+from foundation.config import Settings, SettingsError, load_settings
+from foundation.maven import MavenError
+from kpd_client.cli import UsageError, add_verbs, run_verb
+
+
+class _HttpAddress(BaseSettings):
+    """Only the HTTP address of `Settings` (same sources): a client verb must not fail on an
+    unrelated setting, or on KPD_* variables that `kpd run` would refuse."""
+
+    model_config = SettingsConfigDict(env_prefix="KPD_", extra="ignore")
+    http_host: str = Settings.model_fields["http_host"]
+    http_port: int = Settings.model_fields["http_port"]
+
+    # The same sources as Settings: environment, then kpd.toml (or KPD_CONFIG).
+    settings_customise_sources = classmethod(Settings.settings_customise_sources.__func__)
+
+
+def configured_url() -> str:
+    """The local sidecar's URL from kpd.toml / KPD_HTTP_HOST / KPD_HTTP_PORT (a wildcard listen
+    address is reached on loopback)."""
+    try:
+        address = _HttpAddress()
+    except ValidationError as error:
+        problems = "; ".join(
+            f"KPD_{str(e['loc'][0]).upper()} {e['input']!r}: {e['msg']}" for e in error.errors()
+        )
+        raise UsageError(f"{problems}; give --url or KPD_URL") from None
+    except ValueError as error:  # a TOML syntax error
+        raise UsageError(f"cannot read settings: {error}; give --url or KPD_URL") from None
+    host = address.http_host
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return (
+        f"http://[{host}]:{address.http_port}"
+        if ":" in host
+        else f"http://{host}:{address.http_port}"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "audit", help="Spark delivery audit (see `kpd audit --help`)", add_help=False
     )
+    add_verbs(commands)
     return parser
 
 
@@ -57,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         from spark.audit import main as audit_main  # pyspark is heavy: import only when asked
 
         return audit_main(args_list[1:])
+    if args_list[:1] == ["worker"]:  # started by `kpd run` (sidecar.workers), not by users
+        from sidecar.run import run_worker
+
+        return run_worker(load_settings(), int(args_list[1]), int(args_list[2]))
     args = _parser().parse_args(args_list)
+    if "verb" in args:
+        return run_verb(args, configured_url)
     try:
         if args.command == "kafka":
             return _kafka(args.action, LocalKafka(home=args.dir, port=args.port))

@@ -1,89 +1,105 @@
-"""The sidecar process: owns the long-lived parts and starts/stops them in order.
+"""A sidecar worker: owns the long-lived parts and starts/stops them in order.
 
 Data flows one way: Kafka topics in -> local state (RocksDB) -> timers -> Kafka topics out. The
 HTTP API (package `api`) reads local state and writes commands to Kafka.
 
-One "roles" thread decides what this node does: while it is not the leader it follows the state
-topics into RocksDB (a hot standby); once elected it fences the old leader, catches up, and runs
-the leader loops until it loses leadership or stops. RocksDB thus has one writer at a time.
+A "conductor" thread sets kpd's topics up, joins the group that hands out shards, and then keeps
+the roles of the shards this worker leads running (`sidecar.conductor`), with a standby following
+the rest. Every loop beats a heartbeat the watchdog checks (principle 7); a worker whose loops
+stall for good, or whose Kafka clients stay broken, exits for `kpd run` to start a fresh one.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Hashable
 
 import httpx
 import structlog
-from confluent_kafka import Message
 
-from delay_service.leader import DelayLeader
+from api.availability import Availability
+from delay_service.leader import DelayDeps, DelayLeader
 from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
-from delay_service.schedules import Schedule, ScheduleIndex
+from delay_service.schedules import ScheduleIndex
+from foundation.async_producer import AsyncProducer
+from foundation.broker_clock import BrokerClock
+from foundation.config import Settings
+from foundation.kafka_clients import admin_client, base_config, producer_config
+from foundation.kafka_probe import KafkaProbe
+from foundation.shards import ShardMap
+from foundation.state_follower import OFFSETS_CF, StateFollower
+from foundation.store import Store
+from foundation.supervision import LoopHealth, Watchdog
+from foundation.topics import TopicCache, TopicSpec
+from revive.pop_follower import PopFollower
 from revive.receipt import ReceiptCodec
-from revive.service import PopService
-from sidecar.async_producer import AsyncProducer
-from sidecar.config import Settings
-from sidecar.election import Election
-from sidecar.health import KafkaProbe
-from sidecar.kafka_clients import admin_client, base_config
-from sidecar.metrics import KAFKA_REACHABLE
-from sidecar.state_follower import OFFSETS_CF, StateFollower
-from sidecar.store import Batch, Store
-from sidecar.topics import COMPACTED, TopicCache, TopicSpec, ensure_topics
+from revive.replay import PopStateReader
+from revive.service import PopDeps, PopService
+from sidecar.conductor import Conductor, Standby
+from sidecar.membership import Membership
+from sidecar.owners import Owners
+from sidecar.self_heal import SelfHeal
+from sidecar.successor import Successor
+from sidecar.topology import kpd_topic_names, set_up
 
 log = structlog.get_logger(__name__)
 
-LEADER_RETRY_S = 1.0
-LEADER_URL_TTL_S = 1.0
+SETUP_RETRY_S = 1.0
+EXIT_STALLED = 75  # EX_TEMPFAIL: the worker supervisor (or compose) starts a fresh process
+HEAL_AFTER_S = 15.0  # unready this long from broken clients while fresh ones work: restart
 
 
 class Sidecar:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, url: str | None = None) -> None:
         self.settings = settings
+        self.url = url or settings.url  # a worker's own address, when there are several
         self.client_config = base_config(settings)
+        self.producer_config = producer_config(settings)
         self.admin = admin_client(settings)
         self.probe = KafkaProbe(self.admin)
-        KAFKA_REACHABLE.set_function(lambda: float(self.probe.reachable))
         self.store = Store(settings.state_dir / "rocksdb", [*SCHEDULE_CFS, OFFSETS_CF])
-        self.schedules = ScheduleIndex(self.store)
-        self.api_producer = AsyncProducer(self.client_config)
+        self.shard_map = ShardMap(1, 1)  # until the topics say how many shards there are
+        self.schedules = ScheduleIndex(self.store, self.shard_map)
+        self.api_producer = AsyncProducer(self.producer_config)
         self.topic_cache = TopicCache(self.api_producer, settings.kafka_timeout_ms / 1000)
+        self.http = httpx.AsyncClient()  # forwards calls to the owners of other shards
+        self.codec = ReceiptCodec(_receipt_secret(settings))
+        self.availability = Availability()
+        timeout_s = settings.kafka_timeout_ms / 1000
+        # A step that waits on Kafka longer than every call of it could: stuck for good.
+        self.watchdog = Watchdog(
+            report_after_s=max(1.0, timeout_s / 2),
+            give_up_after_s=3 * timeout_s + 5,
+            on_stall=lambda health: self._exit_for_restart(f"{health.name} stalled"),
+        )
+        self.self_heal = SelfHeal(
+            self.client_config, self.not_ready_reasons, HEAL_AFTER_S, self._exit_for_restart
+        )
+        self.membership: Membership | None = None
+        self._owners: Owners | None = None
+        self._successor: Successor | None = None
+        self.broker_clock: BrokerClock | None = None
+        self._conductor: Conductor | None = None
+        self._pop_follower = PopFollower(self.shard_map)
         self._topics_ready = False
         self._stopping = threading.Event()
-        self._roles = threading.Thread(target=self._roles_loop, name="roles", daemon=True)
-        self.election: Election | None = None
-        self.follower: StateFollower | None = None
-        self.pop_service: PopService | None = None
-        self.http = httpx.AsyncClient()  # forwards pop-group calls to the leader
-        self._leader_url: tuple[float, str | None] = (0.0, None)
-        self._codec = ReceiptCodec(_receipt_secret(settings))
-        self._undeliverable: dict[str, str] = {}  # see DelayLeader
+        self._thread = threading.Thread(target=self._conduct, name="conductor", daemon=True)
+        self._refused: dict[int, dict[Hashable, str]] = {}  # per shard (see DelayLeader)
+
+    # -- the Node the API sees -------------------------------------------------------------
 
     def owned_topics(self) -> list[TopicSpec]:
-        s = self.settings
-        return [
-            TopicSpec(s.buffer_topic),
-            TopicSpec(s.invalid_topic),
-            TopicSpec(s.delivery_log_topic),
-            TopicSpec(s.state_topic("schedules"), COMPACTED),
-            TopicSpec(s.state_topic("leader"), partitions=1),
-            TopicSpec(s.state_topic("pop-state")),
-        ]
+        return [TopicSpec(name) for name in kpd_topic_names(self.settings)]
 
-    def start(self) -> None:
-        log.info("sidecar starting", node=self.settings.node_id, bootstrap=self.settings.bootstrap)
-        self.probe.start()
-        self._roles.start()
+    def pop_service(self, shard: int) -> PopService | None:
+        return self._conductor.pop_service(shard) if self._conductor is not None else None
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._roles.join(timeout=60)
-        self.probe.stop()
-        self.api_producer.close()
-        self.store.close()
-        log.info("sidecar stopped", node=self.settings.node_id)
+    def owners(self) -> dict[int, str]:
+        return self._owners.by_shard if self._owners is not None else {}
+
+    def partitions(self, topic: str) -> int:
+        return self.topic_cache.partitions(topic)
 
     def not_ready_reasons(self) -> list[str]:
         """Empty when the sidecar can serve; otherwise why not, for /readyz."""
@@ -92,135 +108,141 @@ class Sidecar:
             reasons.append(f"kafka unreachable: {self.probe.last_error}")
         if not self._topics_ready:
             reasons.append("kpd topics not created yet")
-        if self.election is None or not self.election.leader_known:
-            reasons.append("leader not known yet")
-        if self.follower is None or not self.follower.caught_up:
-            reasons.append("state not caught up yet")
-        if self.is_leader and self.pop_service is None:
-            reasons.append("taking over leadership")
-        return reasons
+        if self.membership is None or not self.membership.assigned_once:
+            reasons.append("shard leaders not known yet")
+        clock = self.broker_clock
+        if clock is not None and clock.measured and not self._clock_fit():
+            reasons.append(
+                f"clock {clock.offset_ms} ms off the broker's (bound "
+                f"{self.settings.max_clock_offset_ms} ms): leading nothing"
+            )
+        conductor = self._conductor
+        if conductor is not None:
+            starting = [s for s in sorted(conductor.led) if not conductor.started(s)]
+            if starting:
+                reasons.append(f"taking over shards {starting}")
+            if not conductor.standby_caught_up:
+                reasons.append("state not caught up yet")
+        return reasons + self.watchdog.problems()
 
-    @property
-    def is_leader(self) -> bool:
-        return self.election is not None and self.election.is_leader
+    def start(self) -> None:
+        log.info("sidecar starting", node=self.settings.node_id, bootstrap=self.settings.bootstrap)
+        self.probe.start()
+        self.watchdog.start()
+        self.self_heal.start()
+        self._thread.start()
 
-    def leader_url(self) -> str | None:
-        """The leader's HTTP address, asked of the election group at most once a second."""
-        checked, url = self._leader_url
-        if self.election is None:
-            return None
-        if url is None or time.monotonic() - checked > LEADER_URL_TTL_S:
-            url = self.election.leader_url(self.admin, self.settings.kafka_timeout_ms / 1000)
-            self._leader_url = (time.monotonic(), url)
-        return url
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=30)
+        self.self_heal.stop()
+        self.watchdog.stop()
+        self.probe.stop()
+        self.api_producer.close()
+        self.store.close()
+        log.info("sidecar stopped", node=self.settings.node_id)
 
-    # -- roles -----------------------------------------------------------------------------
+    # -- the conductor thread --------------------------------------------------------------
 
-    def _roles_loop(self) -> None:
+    def _conduct(self) -> None:
         while not self._stopping.is_set():
             try:
                 self._set_up()
                 break
             except Exception as error:  # Kafka not there yet: keep trying, /readyz says why
                 log.warning("cannot start yet", error=str(error))
-                self._stopping.wait(LEADER_RETRY_S)
-        while not self._stopping.is_set():
-            try:
-                if self.is_leader:
-                    self._lead()
-                else:
-                    self._follow()
-            except Exception:
-                log.exception("role failed; rebuilding it from Kafka")
-                self._stopping.wait(LEADER_RETRY_S)
-        if self.election is not None:
-            self.election.stop()
-        if self.follower is not None:
-            self.follower.close()
+                self._stopping.wait(SETUP_RETRY_S)
+        if self.membership is None or self._conductor is None:
+            return
+        try:
+            while not self._stopping.is_set():
+                self.membership.changed.clear()
+                self.membership.paused = not self._clock_fit()
+                early = self._successor.shards if self._successor is not None else frozenset()
+                lead = self.membership.owned | early if not self.membership.paused else frozenset()
+                self._conductor.reconcile(lead)
+                self.membership.changed.wait(0.1)
+        finally:
+            self._conductor.stop()
+            self.membership.stop()
+            for helper in (self._owners, self._successor, self.broker_clock):
+                if helper is not None:
+                    helper.stop()
 
     def _set_up(self) -> None:
         s = self.settings
-        ensure_topics(
-            self.admin,
-            self.owned_topics(),
-            s.topic_partitions,
-            s.topic_replication,
-            s.kafka_timeout_ms / 1000,
-        )
+        self.shard_map = set_up(self.admin, s)
+        self.schedules.shards = self.shard_map
+        if self.schedules.ensure_format(OFFSETS_CF, s.state_topic("schedules")):
+            log.info("local index cleared for this layout; rebuilding it from Kafka")
         self._topics_ready = True
-        self.follower = StateFollower(
-            self.client_config, self.store, {s.state_topic("schedules"): self._apply_schedules}
+        self._pop_follower = PopFollower(self.shard_map)
+        self._conductor = Conductor(
+            self.watchdog, {"delay": self._make_delay, "pop": self._make_pop}, self._standby
         )
-        self.follower.assign()
-        self.follower.catch_up(timeout_s=300)
-        self.election = Election(
+        timeout_s = s.kafka_timeout_ms / 1000
+        self.membership = Membership(
+            self.client_config, s.state_topic("leader"), s.election_session_timeout_ms, self.url
+        )
+        self._owners = Owners(self.membership, self.admin, timeout_s)
+        self._successor = Successor(self._owners, self.url) if s.early_takeover else None
+        self.broker_clock = BrokerClock(self.producer_config, s.state_topic("clock"), s.node_id)
+        self.broker_clock.start()
+        self.membership.paused = True  # until the clock is measured
+        self.membership.start()
+        self._owners.start()
+        if self._successor is not None:
+            self._successor.start()
+
+    def _standby(self, led: frozenset[int], health: LoopHealth) -> Standby:
+        s, shards = self.settings, self.shard_map
+        follower = StateFollower(
             self.client_config,
-            s.state_topic("leader"),
-            s.state_topic("leader"),
-            s.election_session_timeout_ms,
-            s.url,
+            self.store,
+            {s.state_topic("schedules"): self.schedules.apply_messages},
+            only=lambda _, partition: shards.of_partition(partition) not in led,
         )
-        self.election.start()
+        reader = PopStateReader(
+            self.client_config, s.state_topic("pop-state"), s.state_topic("pop-floor"),
+            s.kafka_timeout_ms / 1000,
+        )  # fmt: skip
+        others = frozenset(range(shards.shards)) - led
+        return Standby(follower, (self._pop_follower, reader, others), health)
 
-    def _apply_schedules(self, batch: Batch, messages: Sequence[Message]) -> None:
-        records = []
-        for message in messages:
-            try:
-                records.append(Schedule.decode(message.key().decode(), message.value()))
-            except Exception as error:  # a foreign record must not stop every follower
-                log.warning(
-                    "skipping a record kpd did not write",
-                    topic=message.topic(),
-                    offset=message.offset(),
-                    error=str(error),
-                )
-        self.schedules.stage(batch, records)
-
-    def _follow(self) -> None:
-        assert self.follower is not None
-        self.follower.assign()  # from the stored positions (a former leader stored its own)
-        while not self._stopping.is_set() and not self.is_leader:
-            self.follower.poll_once(0.1)
-
-    def _lead(self) -> None:
-        """Run both leader loops until leadership ends; any failure rebuilds both from Kafka."""
-        assert self.follower is not None
-        delay = DelayLeader(self.settings, self.store, self.client_config, self._undeliverable)
-        pop = PopService(self.settings, self.client_config, self.admin, self._codec)
-        pop_failed = threading.Event()
-        leading = threading.Event()
-        pop_thread = threading.Thread(
-            target=self._serve_pops,
-            args=(pop, leading, pop_failed),
-            name="pop-service",
-            daemon=True,
+    def _clock_fit(self) -> bool:
+        """Measured, and close enough to the broker's to lead (it waits the offset out)."""
+        clock = self.broker_clock
+        return (
+            clock is not None
+            and clock.measured
+            and abs(clock.offset_ms) <= self.settings.max_clock_offset_ms
         )
-        try:
-            delay.start(self.follower)
-            pop.start()
-            leading.set()
-            self.pop_service = pop
-            pop_thread.start()
-            while not self._stopping.is_set() and self.is_leader and not pop_failed.is_set():
-                delay.step()
-            if pop_failed.is_set():
-                raise RuntimeError("pop service failed")
-        finally:
-            self.pop_service = None
-            leading.clear()
-            if pop_thread.is_alive():
-                pop_thread.join(timeout=30)
-            pop.close()
-            delay.close()
 
-    @staticmethod
-    def _serve_pops(pop: PopService, leading: threading.Event, failed: threading.Event) -> None:
-        try:
-            while leading.is_set():
-                pop.step()
-        except Exception:
-            log.exception("pop service failed")
-            failed.set()
+    def _make_delay(self, shard: int, health: LoopHealth) -> DelayLeader:
+        clock = self.broker_clock
+        assert clock is not None  # roles start once the clock is measured
+        deps = DelayDeps(
+            self.settings, self.store, self.schedules, self.client_config, self.producer_config,
+            frozenset(kpd_topic_names(self.settings)), lambda: clock.margin_ms,
+        )  # fmt: skip
+        return DelayLeader(deps, shard, health, self._refused.setdefault(shard, {}))
+
+    def _make_pop(self, shard: int, health: LoopHealth) -> PopService:
+        deps = PopDeps(
+            self.settings, self.client_config, self.producer_config, self.admin, self.codec,
+            self.shard_map, self.availability.notify,
+        )  # fmt: skip
+        return PopService(deps, shard, health, self._pop_follower.hand_over(shard))
+
+    def _exit_for_restart(self, why: str) -> None:
+        """Stuck for good (a stalled loop, broken clients): hand the shards over at once, then
+        exit; the worker supervisor starts a fresh process."""
+        if self.membership is not None:
+            leave = threading.Thread(target=self.membership.stop, name="leave", daemon=True)
+            leave.start()
+            leave.join(timeout=2)  # the group's client may be stuck too: bounded
+        log.error("exiting so a fresh process takes over", why=why, code=EXIT_STALLED)
+        os._exit(EXIT_STALLED)
 
 
 def _receipt_secret(settings: Settings) -> bytes:

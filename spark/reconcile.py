@@ -1,142 +1,49 @@
-"""DataFrame logic of the delivery audit: parse and validate log records, then reconcile them.
+"""Reconcile the delivery log: every figure of the audit from parsed records (`spark.parse`).
 
-Only built-in Spark SQL functions are used (no Python UDFs), so executors never need this code:
-`spark-submit` ships nothing but the driver script, and the JVM does all the heavy work.
+The work on the log, in order (Spark jobs over the data; the rest runs on small results):
+
+1. the in-window records are cached: the source is read once;
+2. one aggregation of the cache into a frequency table (`spark.lateness`): counts by target,
+   group and event, malformed reasons, the time window, both lateness measures;
+3. one aggregation of the delay events per schedule id: missing, pending and duplicated ids;
+4. only for anomaly kinds whose count is not zero: one scan of the cache for the early, late and
+   malformed rows, and one for the details of duplicated ids.
+
+Missing, pending and duplicates concern delay schedules (events without a `group`). Pop
+deliveries are at least once by contract (a message comes back when its lease ends), so a pop
+message delivered several times is not a duplicate.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-EVENTS = ("scheduled", "delivered", "cancelled", "retried", "dead-lettered", "invalid")
-PERCENTILES = (0.5, 0.95, 0.99, 0.999)
-PERCENTILE_NAMES = ("p50", "p95", "p99", "p999")
-LATENESS_METHOD = "exact (Spark `percentile`, linear interpolation between closest ranks)"
-# Integer kinds Spark's VARIANT reports for JSON integers (it picks the narrowest that fits).
-_INT_KINDS = ("TINYINT", "SMALLINT", "INT", "BIGINT")
-_RAW_CHARS = 2000  # enough of a bad record to see what went wrong, bounded for huge values
-
-# (name, kind, required). Nullable fields may also be absent: writers that drop nulls stay valid.
-_FIELDS: tuple[tuple[str, str, bool], ...] = (
-    ("event", "string", True),
-    ("id", "string", True),
-    ("target", "string", True),
-    ("due_ms", "long", False),
-    ("at_ms", "long", True),
-    ("enqueued_ms", "long", False),
-    ("delivery_count", "long", True),
-    ("node", "string", True),
-    ("group", "string", False),
-    ("partition", "long", False),
-    ("offset", "long", False),
-    ("reason", "string", False),
+from spark.lateness import (
+    LATENESS_METHOD,
+    MEASURES,
+    Frequencies,
+    lateness_columns,
+    measure_stats,
 )
-# Internal column names: `group` and `offset` are SQL keywords, renamed once here.
-_INTERNAL = {"group": "grp", "offset": "src_offset", "partition": "src_partition"}
-EVENT_COLUMNS = [_INTERNAL.get(name, name) for name, _, _ in _FIELDS]
+from spark.parse import EVENT_COLUMNS, EVENTS, INTERNAL_NAMES
 
-
-def _col_name(name: str) -> str:
-    return _INTERNAL.get(name, name)
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-def parse_json_records(raw: DataFrame) -> DataFrame:
-    """`raw(value string, source string)` → event columns + `malformed_reason`, `source`, `raw`.
-
-    JSON goes through VARIANT so that a wrong type (`"at_ms": "12"`) is told apart from a missing
-    field; `from_json` would silently turn both into null (or cast strings to numbers).
-    """
-    v = F.expr("try_parse_json(value)")
-    parsed = raw.select(
-        F.col("value"), F.col("source"), v.alias("v"), F.schema_of_variant(v).alias("v_kind")
-    )
-    kinds = {
-        name: F.schema_of_variant(F.expr(f"variant_get(v, '$.{name}')")) for name, _, _ in _FIELDS
-    }
-    checks: list[tuple[Column, str]] = [
-        (F.col("value").isNull(), "empty_value"),
-        (F.col("v").isNull(), "bad_json"),
-        (~F.col("v_kind").startswith("OBJECT"), "not_an_object"),
-    ]
-    values: dict[str, Column] = {}
-    for name, kind, required in _FIELDS:
-        k = kinds[name]
-        absent = k.isNull() | (k == "VOID")
-        wrong = ~k.isin("STRING") if kind == "string" else ~k.isin(*_INT_KINDS)
-        if required:
-            checks.append((absent, f"missing_field:{name}"))
-        checks.append((~absent & wrong, f"bad_type:{name}"))
-        sql_type = "string" if kind == "string" else "bigint"
-        values[name] = F.expr(f"try_variant_get(v, '$.{name}', '{sql_type}')")
-    checks.append((~values["event"].isin(*EVENTS), "unknown_event"))
-    # Lateness needs a due time: a schedule or delivery without one cannot be reconciled.
-    checks.append((_needs_due(values), "missing_due_ms"))
-    return parsed.select(*_shape(values, _first_failure(checks), F.col("source"), F.col("value")))
-
-
-def normalize_typed(df: DataFrame, source: Column) -> DataFrame:
-    """Typed tables (Parquet exports with one column per field) → the same shape as JSON input."""
-    present = {c.lower(): c for c in df.columns}
-    values: dict[str, Column] = {}
-    checks: list[tuple[Column, str]] = []
-    for name, kind, required in _FIELDS:
-        sql_type = "string" if kind == "string" else "bigint"
-        if name in present:
-            # try_cast: a column of the wrong type yields nulls, reported below, not a crash.
-            values[name] = F.col(f"`{present[name]}`").try_cast(sql_type)
-        else:
-            values[name] = F.lit(None).cast(sql_type)
-        if required:
-            checks.append((values[name].isNull(), f"missing_field:{name}"))
-    checks.append((~values["event"].isin(*EVENTS), "unknown_event"))
-    checks.append((_needs_due(values), "missing_due_ms"))
-    raw = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
-    return df.select(*_shape(values, _first_failure(checks), source, raw))
-
-
-def _shape(values: dict[str, Column], reason: Column, source: Column, raw: Column) -> list[Column]:
-    """Final columns; `source` and `raw` only for malformed records (kept small in the cache)."""
-    return [
-        *[values[name].alias(_col_name(name)) for name, _, _ in _FIELDS],
-        reason.alias("malformed_reason"),
-        F.when(reason.isNotNull(), source).alias("source"),
-        F.when(reason.isNotNull(), F.substring(raw, 1, _RAW_CHARS)).alias("raw"),
-    ]
-
-
-def _needs_due(values: dict[str, Column]) -> Column:
-    return values["event"].isin("scheduled", "delivered") & values["due_ms"].isNull()
-
-
-def _first_failure(checks: Iterable[tuple[Column, str]]) -> Column:
-    expr: Column | None = None
-    for cond, reason in checks:
-        # coalesce: a null condition (e.g. comparing a null) never marks a record by itself.
-        cond = F.coalesce(cond, F.lit(False))
-        expr = F.when(cond, F.lit(reason)) if expr is None else expr.when(cond, F.lit(reason))
-    assert expr is not None
-    return expr.otherwise(F.lit(None).cast("string"))
-
-
-# --------------------------------------------------------------------------- reconciliation
+ANOMALY_KINDS = ("early", "late", "missing", "duplicates", "malformed")
+# An `invalid` event with a schedule's id settled it to kpd.invalid (e.g. its target vanished).
+_RESOLVING = ("delivered", "cancelled", "invalid")
 
 
 @dataclass(frozen=True)
 class Params:
     since_ms: int | None = None
     until_ms: int | None = None
-    late_threshold_ms: int = 1000
+    late_threshold_ms: int = 1000  # on dispatch lateness
     grace_ms: int = 60_000
     list_limit: int = 100_000  # rows per anomaly table; counts stay exact beyond it
 
@@ -145,153 +52,103 @@ class Params:
 class Result:
     summary: dict[str, Any]
     tables: dict[str, pa.Table] = field(default_factory=dict)  # early, late, missing, ...
-    histogram: list[dict[str, Any]] = field(default_factory=list)
+    histograms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per measure
 
 
 def _empty_stats() -> dict[str, Any]:
     return {
         "events": dict.fromkeys(EVENTS, 0),
-        "lateness_ms": _lateness(None),
+        **{measure: measure_stats(None, measure) for measure in MEASURES},
         "early": 0,
         "late": 0,
+        "late_end_to_end": 0,
         "missing": 0,
         "pending": 0,
         "duplicates": 0,
     }
 
 
-def _lateness(row: Any) -> dict[str, Any]:
-    if row is None or not row["n"]:
-        return {"count": 0, "min": None, "mean": None, "max": None} | dict.fromkeys(
-            PERCENTILE_NAMES
-        )
-    pct = dict(zip(PERCENTILE_NAMES, (float(x) for x in row["pct"]), strict=True))
-    return {
-        "count": int(row["n"]),
-        "min": int(row["lo"]),
-        "mean": float(row["mean"]),
-        "max": int(row["hi"]),
-    } | pct
+class _Dims:
+    """Stats overall, per target topic and per pop group."""
+
+    def __init__(self) -> None:
+        self.overall = _empty_stats()
+        self.by_target: dict[str, dict[str, Any]] = {}
+        self.by_group: dict[str, dict[str, Any]] = {}
+
+    def of(self, target: str | None, grp: str | None) -> list[dict[str, Any]]:
+        out = [self.overall]
+        if target is not None:
+            out.append(self.by_target.setdefault(target, _empty_stats()))
+        if grp is not None:
+            out.append(self.by_group.setdefault(grp, _empty_stats()))
+        return out
+
+    def pick(self, row: Any) -> dict[str, Any] | None:
+        """Route a grouping-sets row: gid 3 = overall, 1 = per target, 2 = per group."""
+        gid = int(row["gid"])
+        if gid == 3:
+            return self.overall
+        if gid == 1 and row["target"] is not None:
+            return self.by_target.setdefault(row["target"], _empty_stats())
+        if gid == 2 and row["grp"] is not None:
+            return self.by_group.setdefault(row["grp"], _empty_stats())
+        return None  # deliveries without a group: no per-group row
 
 
 def reconcile(
-    spark: SparkSession,
-    parsed: DataFrame,
-    params: Params,
-    progress: Callable[[str], None] = lambda _msg: None,
+    parsed: DataFrame, params: Params, progress: Callable[[str], None] = lambda _msg: None
 ) -> Result:
-    """Compute every figure of the audit from parsed records (see `parse_json_records`)."""
-    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
-    malformed = parsed.filter(F.col("malformed_reason").isNotNull())
-    events = parsed.filter(F.col("malformed_reason").isNull()).select(*EVENT_COLUMNS)
-    if params.since_ms is not None:
-        events = events.filter(F.col("at_ms") >= params.since_ms)
-    if params.until_ms is not None:
-        events = events.filter(F.col("at_ms") <= params.until_ms)
+    """Compute every figure of the audit from parsed records."""
+    cached = _in_window(parsed, params).persist(StorageLevel.MEMORY_AND_DISK)
+    freq = schedules = None
+    try:
+        progress("reading and aggregating the log")
+        freq = Frequencies.of(cached, params.late_threshold_ms)
+        dims = _Dims()
+        reasons: dict[str, int] = {}
+        first_at = last_at = None
+        for row in freq.counts():
+            if row["malformed_reason"] is not None:
+                reasons[row["malformed_reason"]] = int(row["n"])
+                continue
+            for stats in dims.of(row["target"], row["grp"]):
+                stats["events"][row["event"]] += int(row["n"])
+            first_at = _extreme(min, first_at, row["first_at_ms"])
+            last_at = _extreme(max, last_at, row["last_at_ms"])
+        end_ms = params.until_ms if params.until_ms is not None else last_at
 
-    progress("counting events")
-    window = events.agg(F.count("*").alias("n"), F.min("at_ms"), F.max("at_ms")).first()
-    assert window is not None
-    n_valid, first_at, last_at = int(window[0]), window[1], window[2]
-    end_ms = params.until_ms if params.until_ms is not None else last_at
-    reasons = {r["malformed_reason"]: int(r["count"]) for r in _count_by(malformed)}
-    n_malformed = sum(reasons.values())
+        progress("lateness percentiles")
+        for row in freq.stats():
+            stats = dims.pick(row)
+            if stats is not None:
+                for measure in MEASURES:
+                    stats[measure] = measure_stats(row, measure)
+                for kind in ("early", "late", "late_end_to_end"):
+                    stats[kind] = int(row[kind])
+        per_minute = freq.per_minute()
+        histograms = {m: freq.histogram(m, dims.overall[m]) for m in MEASURES}
 
-    overall = _empty_stats()
-    by_target: dict[str, dict[str, Any]] = {}
-    by_group: dict[str, dict[str, Any]] = {}
-
-    def dims(target: str | None, grp: str | None) -> list[dict[str, Any]]:
-        out = [overall]
-        if target is not None:
-            out.append(by_target.setdefault(target, _empty_stats()))
-        if grp is not None:
-            out.append(by_group.setdefault(grp, _empty_stats()))
-        return out
-
-    for row in events.groupBy("target", "grp", "event").count().collect():
-        for stats in dims(row["target"], row["grp"]):
-            stats["events"][row["event"]] += int(row["count"])
-
-    progress("lateness percentiles")
-    delivered = events.filter(F.col("event") == "delivered").withColumn(
-        "lateness_ms", F.col("at_ms") - F.col("due_ms")
-    )
-    late_cond = F.col("lateness_ms") > params.late_threshold_ms
-    pct = ", ".join(str(p) for p in PERCENTILES)
-    view = _view(delivered)
-    lateness_rows = spark.sql(
-        f"""SELECT target, grp, grouping_id(target, grp) AS gid, count(*) AS n,
-                   percentile(lateness_ms, array({pct})) AS pct, min(lateness_ms) AS lo,
-                   avg(lateness_ms) AS mean, max(lateness_ms) AS hi,
-                   count_if(lateness_ms < 0) AS early,
-                   count_if(lateness_ms > {int(params.late_threshold_ms)}) AS late
-            FROM {view} GROUP BY GROUPING SETS ((), (target), (grp))"""
-    ).collect()
-    for row in lateness_rows:
-        stats = _pick(row, overall, by_target, by_group)
-        if stats is not None:
-            stats["lateness_ms"] = _lateness(row)
-            stats["early"], stats["late"] = int(row["early"]), int(row["late"])
-
-    progress("missing and duplicated deliveries")
-    missing, pending = _missing(events, end_ms, params.grace_ms)
-    # Counted here and listed below: keep them rather than join and aggregate twice.
-    missing = missing.persist(StorageLevel.MEMORY_AND_DISK)
-    duplicates = _duplicates(delivered).persist(StorageLevel.MEMORY_AND_DISK)
-    kinds = (
-        missing.select(F.lit("missing").alias("kind"), "target", "grp")
-        .unionByName(pending.select(F.lit("pending").alias("kind"), "target", "grp"))
-        .unionByName(duplicates.select(F.lit("duplicates").alias("kind"), "target", "grp"))
-    )
-    view = _view(kinds)
-    for row in spark.sql(
-        # `kind` is in every set, so its bit of grouping_id is 0 and gid reads as above.
-        f"""SELECT kind, target, grp, grouping_id(kind, target, grp) AS gid, count(*) AS n
-            FROM {view} GROUP BY GROUPING SETS ((kind), (kind, target), (kind, grp))"""
-    ).collect():
-        stats = _pick(row, overall, by_target, by_group)
-        if stats is not None:
-            stats[row["kind"]] = int(row["n"])
-
-    progress("lateness over time")
-    per_minute = [
-        {
-            "minute_ms": int(r["minute"]) * 60_000,
-            "count": int(r["n"]),
-            "p50_ms": float(r["pct"][0]),
-            "p99_ms": float(r["pct"][1]),
-            "max_ms": int(r["hi"]),
-        }
-        for r in delivered.groupBy(F.floor(F.col("at_ms") / 60_000).alias("minute"))
-        .agg(
-            F.count("*").alias("n"),
-            F.expr("percentile(lateness_ms, array(0.5, 0.99))").alias("pct"),
-            F.max("lateness_ms").alias("hi"),
+        progress("missing and duplicated deliveries")
+        schedules = _per_schedule(cached, end_ms, params.grace_ms).persist(
+            StorageLevel.MEMORY_AND_DISK
         )
-        .orderBy("minute")
-        .collect()
-    ]
-    histogram = _histogram(delivered, overall["lateness_ms"])
+        for row in schedules.groupBy("kind", "target").count().collect():
+            for stats in dims.of(row["target"], None):
+                stats[row["kind"]] += int(row["count"])
 
-    progress("collecting anomaly lists")
-    limit = params.list_limit
-    tables = {
-        "early": _arrow(delivered.filter(F.col("lateness_ms") < 0), limit, "lateness_ms"),
-        "late": _arrow(delivered.filter(late_cond), limit, "lateness_ms", descending=True),
-        "missing": _arrow(missing, limit, "due_ms"),
-        "duplicates": _arrow(duplicates, limit, "id"),
-        "malformed": _arrow(
-            malformed.select("source", "malformed_reason", "raw").withColumnRenamed(
-                "malformed_reason", "reason"
-            ),
-            limit,
-            None,
-        ),
-    }
-    for cached in (missing, duplicates, parsed):
-        cached.unpersist()
+        progress("collecting anomaly lists")
+        counts = {kind: dims.overall[kind] for kind in ANOMALY_KINDS[:-1]}
+        counts["malformed"] = sum(reasons.values())
+        tables = _lists(cached, schedules, counts, params)
+    finally:
+        for frame in (schedules, cached):
+            if frame is not None:
+                frame.unpersist()
+        if freq is not None:
+            freq.unpersist()
 
+    n_valid = sum(dims.overall["events"].values())
     summary: dict[str, Any] = {
         "window": {
             "since_ms": params.since_ms,
@@ -307,113 +164,149 @@ def reconcile(
             "list_limit": params.list_limit,
         },
         "lateness_method": LATENESS_METHOD,
-        "records": {"total": n_valid + n_malformed, "valid": n_valid, "malformed": n_malformed},
-        "malformed_by_reason": dict(sorted(reasons.items())),
-        "anomalies": {
-            "early": overall["early"],
-            "late": overall["late"],
-            "missing": overall["missing"],
-            "duplicates": overall["duplicates"],
-            "malformed": n_malformed,
+        "records": {
+            "total": n_valid + counts["malformed"],
+            "valid": n_valid,
+            "malformed": counts["malformed"],
         },
-        "overall": overall,
-        "by_target": dict(sorted(by_target.items())),
-        "by_group": dict(sorted(by_group.items())),
+        "malformed_by_reason": dict(sorted(reasons.items())),
+        "anomalies": counts,
+        "overall": dims.overall,
+        "by_target": dict(sorted(dims.by_target.items())),
+        "by_group": dict(sorted(dims.by_group.items())),
         "lateness_per_minute": per_minute,
         "listed": {name: t.num_rows for name, t in tables.items()},
     }
-    return Result(summary=summary, tables=tables, histogram=histogram)
+    return Result(summary=summary, tables=tables, histograms=histograms)
 
 
-def _count_by(malformed: DataFrame) -> list[Any]:
-    return malformed.groupBy("malformed_reason").count().collect()
+def _extreme(pick: Callable[[int, int], int], current: int | None, value: int | None) -> Any:
+    if value is None:
+        return current
+    return value if current is None else pick(current, value)
 
 
-def _view(df: DataFrame) -> str:
-    # A fresh name per call: several audits may share one session (tests, notebooks).
-    name = f"kpd_audit_{uuid.uuid4().hex}"
-    df.createOrReplaceTempView(name)
-    return name
+def _in_window(parsed: DataFrame, params: Params) -> DataFrame:
+    """Valid records with at_ms in [since, until], and every malformed record."""
+    keep = F.col("malformed_reason").isNotNull()
+    in_window = F.lit(True)
+    if params.since_ms is not None:
+        in_window &= F.col("at_ms") >= params.since_ms
+    if params.until_ms is not None:
+        in_window &= F.col("at_ms") <= params.until_ms
+    return lateness_columns(parsed.filter(keep | in_window))
 
 
-def _pick(
-    row: Any,
-    overall: dict[str, Any],
-    by_target: dict[str, dict[str, Any]],
-    by_group: dict[str, dict[str, Any]],
-) -> dict[str, Any] | None:
-    """Route a GROUPING SETS row: gid 3 = overall, 1 = per target, 2 = per group."""
-    gid = int(row["gid"])
-    if gid == 3:
-        return overall
-    if gid == 1 and row["target"] is not None:
-        return by_target.setdefault(row["target"], _empty_stats())
-    if gid == 2 and row["grp"] is not None:
-        return by_group.setdefault(row["grp"], _empty_stats())
-    return None  # events without a group: no per-group row
+def _valid_delay(events: DataFrame) -> DataFrame:
+    return events.filter(F.col("malformed_reason").isNull() & F.col("grp").isNull())
 
 
-def _missing(events: DataFrame, end_ms: int | None, grace_ms: int) -> tuple[DataFrame, DataFrame]:
-    """Scheduled ids with neither a delivery nor a cancel: missing once due + grace ≤ end."""
+def _per_schedule(events: DataFrame, end_ms: int | None, grace_ms: int) -> DataFrame:
+    """One row per missing, pending or duplicated schedule id: (id, kind, target, ...)."""
+    scheduled = F.col("event") == "scheduled"
+    delivered = F.col("event") == "delivered"
+    scheduled_at = F.when(scheduled, F.col("at_ms"))
     # A re-scheduled id counts once, with its latest schedule.
-    scheduled = (
-        events.filter(F.col("event") == "scheduled")
+    latest = F.max_by(F.when(scheduled, F.struct("target", "due_ms", "node")), scheduled_at)
+    per_id = (
+        _valid_delay(events)
+        .filter(F.col("event").isin("scheduled", *_RESOLVING))
         .groupBy("id")
         .agg(
-            F.max_by("target", "at_ms").alias("target"),
-            F.max_by("grp", "at_ms").alias("grp"),
-            F.max_by("due_ms", "at_ms").alias("due_ms"),
-            F.max("at_ms").alias("scheduled_at_ms"),
-            F.max_by("node", "at_ms").alias("node"),
+            latest.alias("s"),
+            F.max(scheduled_at).alias("scheduled_at_ms"),
+            F.count_if(F.col("event").isin(*_RESOLVING)).alias("resolved"),
+            F.count_if(delivered).alias("deliveries"),
+            F.min(F.when(delivered, F.col("target"))).alias("delivered_target"),
         )
     )
-    resolved = events.filter(F.col("event").isin("delivered", "cancelled")).select("id")
-    open_ = scheduled.join(resolved, "id", "left_anti")
-    deadline = F.col("due_ms") + F.lit(grace_ms)
     end = F.lit(end_ms if end_ms is not None else 0).cast("bigint")
-    missing = open_.filter(deadline <= end).withColumn("overdue_ms", end - F.col("due_ms"))
-    return missing, open_.filter(deadline > end)
-
-
-def _duplicates(delivered: DataFrame) -> DataFrame:
-    return (
-        delivered.groupBy("id")
-        .agg(
-            F.count("*").alias("deliveries"),
-            F.min("target").alias("target"),
-            F.min("grp").alias("grp"),
-            F.min("due_ms").alias("due_ms"),
-            F.min("at_ms").alias("first_at_ms"),
-            F.max("at_ms").alias("last_at_ms"),
-            F.array_join(F.array_sort(F.collect_set("node")), ",").alias("nodes"),
-        )
-        .filter(F.col("deliveries") > 1)
+    due = F.col("s.due_ms")
+    kind = F.when(F.col("deliveries") > 1, "duplicates").when(
+        F.col("s").isNotNull() & (F.col("resolved") == 0),
+        F.when(due + F.lit(grace_ms) <= end, "missing").otherwise("pending"),
     )
+    return per_id.select(
+        "id",
+        kind.alias("kind"),
+        F.coalesce(F.col("s.target"), F.col("delivered_target")).alias("target"),
+        F.lit(None).cast("string").alias("grp"),
+        due.alias("due_ms"),
+        "scheduled_at_ms",
+        F.col("s.node").alias("node"),
+        (end - due).alias("overdue_ms"),
+    ).filter(F.col("kind").isNotNull())
 
 
-def _histogram(delivered: DataFrame, lateness: dict[str, Any], bins: int = 60) -> list[dict]:
-    """Bucket counts computed in Spark; values past p99.9 share the last bucket (long tail)."""
-    if not lateness["count"]:
-        return []
-    lo = min(0, int(lateness["min"]))
-    hi = max(lo + bins, int(lateness["p999"]) + 1)
-    width = max(1, -(-(hi - lo) // bins))
-    bucket = F.least(F.floor((F.col("lateness_ms") - lo) / width), F.lit(bins - 1))
-    rows = delivered.groupBy(bucket.alias("b")).count().orderBy("b").collect()
-    return [
-        {
-            "from_ms": lo + int(r["b"]) * width,
-            "to_ms": lo + (int(r["b"]) + 1) * width,
-            "count": int(r["count"]),
+def _lists(
+    cached: DataFrame, schedules: DataFrame, counts: dict[str, int], params: Params
+) -> dict[str, pa.Table]:
+    """Anomaly tables (at most `list_limit` rows each); no Spark job for a kind with none."""
+    early = F.col("lat") < 0
+    late = F.col("disp") > params.late_threshold_ms
+    malformed = F.col("malformed_reason").isNotNull()
+    conditions = {"early": early, "late": late, "malformed": malformed}
+    wanted = [cond for kind, cond in conditions.items() if counts[kind]]
+    flagged = cached.filter(_any(wanted)).persist() if wanted else cached.limit(0)
+
+    def deliveries(condition: Column) -> DataFrame:
+        lateness = {"lateness_ms": F.col("lat"), "dispatch_lateness_ms": F.col("disp")}
+        return (
+            flagged.filter(condition)
+            .select(*EVENT_COLUMNS, *lateness.values())
+            .toDF(*EVENT_COLUMNS, *lateness)
+        )
+
+    limit = params.list_limit
+    missing = schedules.filter(F.col("kind") == "missing").drop("kind")
+    try:
+        return {
+            "early": _arrow(deliveries(early), limit, "lateness_ms"),
+            "late": _arrow(deliveries(late), limit, "dispatch_lateness_ms", descending=True),
+            "missing": _arrow(missing, limit, "due_ms"),
+            "duplicates": _arrow(_duplicates(cached, schedules, counts), limit, "id"),
+            "malformed": _arrow(
+                flagged.filter(malformed).select(
+                    "source", F.col("malformed_reason").alias("reason"), "raw"
+                ),
+                limit,
+                None,
+            ),
         }
-        for r in rows
-    ]
+    finally:
+        flagged.unpersist()
+
+
+def _any(conditions: list[Column]) -> Column:
+    out = conditions[0]
+    for condition in conditions[1:]:
+        out = out | condition
+    return out
+
+
+def _duplicates(cached: DataFrame, schedules: DataFrame, counts: dict[str, int]) -> DataFrame:
+    """Each duplicated id with its deliveries (the ids are few: a broadcast semi-join)."""
+    delivered = _valid_delay(cached).filter(F.col("event") == "delivered")
+    if counts["duplicates"]:
+        ids = schedules.filter(F.col("kind") == "duplicates").select("id")
+        delivered = delivered.join(F.broadcast(ids), "id", "left_semi")
+    else:
+        delivered = delivered.limit(0)
+    return delivered.groupBy("id").agg(
+        F.count("*").alias("deliveries"),
+        F.min("target").alias("target"),
+        F.min("grp").alias("grp"),
+        F.min("due_ms").alias("due_ms"),
+        F.min("at_ms").alias("first_at_ms"),
+        F.max("at_ms").alias("last_at_ms"),
+        F.array_join(F.array_sort(F.collect_set("node")), ",").alias("nodes"),
+    )
 
 
 def _arrow(df: DataFrame, limit: int, order: str | None, descending: bool = False) -> pa.Table:
     """Anomaly list → Arrow (written by the driver as one file, also under spark-submit)."""
-    out = df.drop("malformed_reason") if "malformed_reason" in df.columns else df
-    out = out.withColumnsRenamed({v: k for k, v in _INTERNAL.items() if v in out.columns})
+    external = {v: k for k, v in INTERNAL_NAMES.items() if v in df.columns}
+    out = df.withColumnsRenamed(external)
     if order is not None:
         out = out.orderBy(F.col(order).desc() if descending else F.col(order), "id")
     return out.limit(limit).toArrow()

@@ -22,46 +22,67 @@ OVER_TIME_PNG = "lateness_over_time.png"
 _EVENT_COLUMNS = ("scheduled", "delivered", "cancelled", "retried", "dead-lettered", "invalid")
 
 
-def write_plots(out: Path, summary: dict[str, Any], histogram: list[dict[str, Any]]) -> list[str]:
-    """Write both plots (an empty plot says "no deliveries" rather than missing); return names."""
-    fig, ax = plt.subplots(figsize=(8, 4))
-    if histogram:
-        ax.bar(
-            [b["from_ms"] for b in histogram],
-            [b["count"] for b in histogram],
-            width=[b["to_ms"] - b["from_ms"] for b in histogram],
-            align="edge",
-            color="#4878a8",
-        )
-        ax.set_yscale("log")  # a long tail stays visible next to the bulk
-        ax.axvline(0, color="#c03030", linewidth=1, label="due time")
-        ax.legend()
-    else:
-        ax.text(0.5, 0.5, "no deliveries in the window", ha="center", transform=ax.transAxes)
-    ax.set_xlabel("lateness (delivered - due), ms; last bar includes everything past p99.9")
-    ax.set_ylabel("deliveries")
-    ax.set_title("Lateness histogram")
-    fig.tight_layout()
-    fig.savefig(out / HISTOGRAM_PNG, dpi=100)
-    plt.close(fig)
+_MEASURES = (
+    ("lateness_ms", "end to end (delivered - due)", ""),
+    ("dispatch_lateness_ms", "dispatch, kpd's own (delivered - max(due, enqueued))", "dispatch_"),
+)
 
-    fig, ax = plt.subplots(figsize=(8, 4))
+
+def write_plots(
+    out: Path, summary: dict[str, Any], histograms: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    """Write both plots, each with a panel per lateness measure; return their file names.
+
+    An empty panel says "no deliveries" rather than missing.
+    """
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for ax, (measure, label, _) in zip(axes, _MEASURES, strict=True):
+        bins = histograms.get(measure, [])
+        if bins:
+            ax.bar(
+                [b["from_ms"] for b in bins],
+                [b["count"] for b in bins],
+                width=[b["to_ms"] - b["from_ms"] for b in bins],
+                align="edge",
+                color="#4878a8",
+            )
+            ax.set_yscale("log")  # a long tail stays visible next to the bulk
+            ax.axvline(0, color="#c03030", linewidth=1, label="due time")
+            ax.legend()
+        else:
+            _no_deliveries(ax)
+        ax.set_xlabel("ms; last bar includes everything past p99.9")
+        ax.set_ylabel("deliveries")
+        ax.set_title(f"Lateness, {label}", fontsize=10)
+    _save(fig, out / HISTOGRAM_PNG)
+
+    fig, axes = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     minutes = summary["lateness_per_minute"]
+    xs = [dt.datetime.fromtimestamp(m["minute_ms"] / 1000, dt.UTC) for m in minutes]
+    for ax, (_, label, prefix) in zip(axes, _MEASURES, strict=True):
+        if minutes:
+            for key in ("p50", "p99", "max"):
+                ax.plot(xs, [m[f"{prefix}{key}_ms"] for m in minutes], marker=".", label=key)
+            ax.legend()
+        else:
+            _no_deliveries(ax)
+        ax.set_ylabel("ms")
+        ax.set_title(f"Lateness per minute, {label}", fontsize=10)
+    axes[-1].set_xlabel("minute (UTC)")
     if minutes:
-        xs = [dt.datetime.fromtimestamp(m["minute_ms"] / 1000, dt.UTC) for m in minutes]
-        for key, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("max_ms", "max")):
-            ax.plot(xs, [m[key] for m in minutes], marker=".", label=label)
-        ax.legend()
         fig.autofmt_xdate()
-    else:
-        ax.text(0.5, 0.5, "no deliveries in the window", ha="center", transform=ax.transAxes)
-    ax.set_xlabel("minute (UTC)")
-    ax.set_ylabel("lateness, ms")
-    ax.set_title("Lateness per minute")
-    fig.tight_layout()
-    fig.savefig(out / OVER_TIME_PNG, dpi=100)
-    plt.close(fig)
+    _save(fig, out / OVER_TIME_PNG)
     return [HISTOGRAM_PNG, OVER_TIME_PNG]
+
+
+def _no_deliveries(ax: Any) -> None:
+    ax.text(0.5, 0.5, "no deliveries in the window", ha="center", transform=ax.transAxes)
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _fmt(value: Any) -> str:
@@ -84,10 +105,16 @@ def _stats_table(title: str, rows: dict[str, dict[str, Any]]) -> str:
     if not rows:
         return f"<h2>{html.escape(title)}</h2><p>none</p>"
     lat = ("count", "p50", "p95", "p99", "p999", "max")
-    anomalies = ("early", "late", "missing", "duplicates", "pending")
+    anomalies = ("early", "late", "late_end_to_end", "missing", "duplicates", "pending")
+    measures = (("lateness_ms", "lateness"), ("dispatch_lateness_ms", "dispatch"))
     head = "".join(
         f"<th>{html.escape(h)}</th>"
-        for h in ("name", *_EVENT_COLUMNS, *(f"lateness {k}" for k in lat), *anomalies)
+        for h in (
+            "name",
+            *_EVENT_COLUMNS,
+            *(f"{title} {k}" for _, title in measures for k in lat),
+            *anomalies,
+        )
     )
     body = []
     for name, s in rows.items():
@@ -95,7 +122,7 @@ def _stats_table(title: str, rows: dict[str, dict[str, Any]]) -> str:
         cells = [
             f"<td>{html.escape(name)}</td>",
             *(f"<td>{_fmt(s['events'][e])}</td>" for e in _EVENT_COLUMNS),
-            *(f"<td>{_fmt(s['lateness_ms'][k])}</td>" for k in lat),
+            *(f"<td>{_fmt(s[m][k])}</td>" for m, _ in measures for k in lat),
             *(f"<td>{_fmt(s[k])}</td>" for k in anomalies),
         ]
         body.append(f"<tr{' class=bad' if bad else ''}>{''.join(cells)}</tr>")
@@ -148,9 +175,12 @@ def write_html(
         f"Window: {_when(w['since_ms'] or w['first_at_ms'])} → {_when(w['end_ms'])} "
         f"(end from {html.escape(w['end_from'])}); records {_fmt(summary['records']['total'])}, "
         f"malformed {_fmt(summary['records']['malformed'])}<br>",
-        f"Late threshold {_fmt(summary['params']['late_threshold_ms'])} ms, grace "
-        f"{_fmt(summary['params']['grace_ms'])} ms; lateness percentiles: "
-        f"{html.escape(summary['lateness_method'])}</p>",
+        f"Late threshold {_fmt(summary['params']['late_threshold_ms'])} ms on dispatch "
+        f"lateness, grace {_fmt(summary['params']['grace_ms'])} ms; lateness percentiles: "
+        f"{html.escape(summary['lateness_method'])}<br>",
+        "Lateness = delivered - due, end to end: a schedule that reached kpd after its due time "
+        "counts as late by however long it was overdue. Dispatch lateness = delivered - "
+        "max(due, enqueued): kpd's own, the one gated by the late threshold.</p>",
         status,
         "<h2>Anomalies</h2><table><tr><th>kind</th><th>count</th><th>max allowed</th></tr>",
         anomalies,

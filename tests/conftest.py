@@ -1,4 +1,10 @@
-"""Shared fixtures: one real Kafka broker per test session, unique topics, sidecar processes."""
+"""Shared fixtures: one real Kafka broker per test session, unique topics, sidecar processes.
+
+Every topic a test makes is deleted when the test ends (its `new_topic` topics and all topics of
+its sidecars' namespace), and the session checks at its end that no topic with its tag is left,
+so `KPD_BOOTSTRAP=<cluster> make test` leaves a shared cluster as it found it. Test topics use
+the broker's default replication factor (-1), or `KPD_TEST_TOPIC_REPLICATION` when set.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +16,41 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka_helpers import unique, wait_for
+from hypothesis import settings
+from kafka_helpers import SESSION_TAG, TopicCleanup, unique, wait_for
 
-from sidecar.broker_for_tests import broker_for_tests
-from sidecar.local_sidecar import SidecarProcess, isolated_env
+from devtools.broker_for_tests import broker_for_tests, topic_replication_from_env
+from devtools.local_sidecar import SidecarProcess, isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent
+# Two cores shared with a broker, sidecars and Spark: per-example time limits would only measure
+# the machine's load, so property tests have none.
+settings.register_profile("kpd", deadline=None)
+settings.load_profile("kpd")
+COMPAT_CHECKS = ROOT / "tests" / "compat"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The client checks (tests/compat: Java, node, kcat) belong to `make compat`: collected
+    only when named on the command line, never by a bare `pytest` (`make test`)."""
+    if collection_path != COMPAT_CHECKS:
+        return None
+    start = config.invocation_params.dir
+    named = [(start / arg.split("::")[0]).resolve() for arg in config.args]
+    return not any(path.is_relative_to(COMPAT_CHECKS) for path in named)
+
+
+def session_topics(admin: AdminClient) -> set[str]:
+    return {t for t in admin.list_topics(timeout=30).topics if SESSION_TAG in t}
 
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     with broker_for_tests(os.environ, ROOT / ".kpd" / "test-kafka") as bootstrap:
         yield bootstrap
+        # Session end: whatever a test made and did not delete shows up here as an error.
+        left = session_topics(AdminClient({"bootstrap.servers": bootstrap}))
+        assert not left, f"the tests left {len(left)} topics behind: {sorted(left)[:20]}"
 
 
 @pytest.fixture(scope="session")
@@ -30,15 +59,34 @@ def admin(kafka_bootstrap: str) -> AdminClient:
 
 
 @pytest.fixture
-def new_topic(admin: AdminClient) -> Callable[..., str]:
-    """`new_topic()` creates a topic with a unique name and returns the name."""
+def topic_cleanup(admin: AdminClient) -> Iterator[TopicCleanup]:
+    """Set up before `new_topic` and `sidecar_factory`, so it runs after both tear down (the
+    sidecars are stopped first: a running one could still write to a topic being deleted)."""
+    cleanup = TopicCleanup(admin)
+    yield cleanup
+    cleanup.delete_all()
+
+
+def topic_ready(admin: AdminClient, name: str, partitions: int) -> bool:
+    """The topic is in the metadata with a leader for each partition (not just created)."""
+    metadata = admin.list_topics(name, timeout=10).topics.get(name)
+    if metadata is None or metadata.error is not None:
+        return False
+    leaders = [p.leader for p in metadata.partitions.values() if p.error is None]
+    return len(leaders) == partitions and min(leaders) >= 0
+
+
+@pytest.fixture
+def new_topic(admin: AdminClient, topic_cleanup: TopicCleanup) -> Callable[..., str]:
+    """`new_topic()` creates a topic with a unique name, visible to clients, and returns it."""
+    replication = topic_replication_from_env(os.environ)
 
     def create(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = unique(prefix)
-        futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
-        )
-        futures[name].result(timeout=30)
+        topic_cleanup.names.add(name)
+        spec = NewTopic(name, partitions, replication_factor=replication, config=config or {})
+        admin.create_topics([spec])[name].result(timeout=30)
+        wait_for(lambda: topic_ready(admin, name, partitions), 30, f"topic {name} in metadata")
         return name
 
     return create
@@ -62,17 +110,28 @@ class SidecarUnderTest(SidecarProcess):
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)
 
+    def retry_topic(self, group: str) -> str:
+        """The pop group's default retry topic: under this sidecar's namespace."""
+        return f"{self.env['KPD_STATE_TOPIC_PREFIX']}retry.{group}"
+
+    def dlq_topic(self, group: str) -> str:
+        return f"{self.env['KPD_STATE_TOPIC_PREFIX']}dlq.{group}"
+
 
 @pytest.fixture
 def sidecar_factory(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, topic_cleanup: TopicCleanup
 ) -> Iterator[Callable[..., SidecarUnderTest]]:
     """Make sidecars with their own topics (one namespace per test) and data dirs."""
     namespace = unique("kpdtest")
+    topic_cleanup.prefixes.add(f"{namespace}.")
     started: list[SidecarUnderTest] = []
+    replication = topic_replication_from_env(os.environ)
 
     def make(node_id: str = "a", **settings: str) -> SidecarUnderTest:
         bootstrap = settings.pop("bootstrap", kafka_bootstrap)
+        if bootstrap == kafka_bootstrap and replication != -1:
+            settings.setdefault("topic_replication", str(replication))
         env = isolated_env(bootstrap, node_id, tmp_path / node_id, namespace, **settings)
         sidecar = SidecarUnderTest(env, tmp_path / f"{node_id}.log")
         started.append(sidecar)

@@ -15,25 +15,43 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
 from confluent_kafka import TopicPartition as TP
+from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 Headers = list[tuple[str, bytes]]
 
 
+# In every name `unique` makes during this test session (topics, namespaces, groups), so the
+# session can prove at its end that it left no topic behind, even on a shared cluster.
+SESSION_TAG = f"s{uuid.uuid4().hex[:6]}"
+
+
 def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+    return f"{prefix}-{SESSION_TAG}-{uuid.uuid4().hex[:8]}"
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "") -> object:
-    """Poll `condition` until it returns something truthy; fail the test after `timeout_s`."""
+def wait_for(
+    condition: Callable[[], object], timeout_s: float = 30.0, what: str = "", fail: bool = True
+) -> object:
+    """Poll `condition` until it returns something truthy; after `timeout_s` fail the test (or,
+    with `fail=False`, return the last falsy result so the caller can say more)."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
+            if not fail:
+                return result
             pytest.fail(f"timed out after {timeout_s} s waiting for {what or condition}")
         time.sleep(0.02)
 
@@ -210,6 +228,13 @@ def metric_values(http: httpx.Client) -> dict[str, float]:
     return values
 
 
+def metric_total(values: dict[str, float], name: str) -> float | None:
+    """The sum of a family's samples over all their labels (e.g. a per-shard gauge over the
+    shards led here); None when the sidecar exposes no sample of it."""
+    samples = [v for key, v in values.items() if key == name or key.startswith(name + "{")]
+    return sum(samples) if samples else None
+
+
 def wait_delivering(http: httpx.Client, target: str, timeout_s: float = 30) -> None:
     """Schedule one record due now over HTTP and wait until it shows `delivered`: the leader loop
     is then running (readiness only says a leader is known)."""
@@ -219,8 +244,50 @@ def wait_delivering(http: httpx.Client, target: str, timeout_s: float = 30) -> N
         json={"messages": [{"value": "warm-up", "delay_ms": 0, "id": schedule_id}]},
     )
     assert response.status_code == 200, response.text
+    # A 200 holds per-item results: an `unknown_topic` error here (a target not yet in the
+    # sidecar's metadata) must fail now, not as a delivery timeout later.
+    [item] = response.json()["results"]
+    assert item["status"] == "scheduled", f"warm-up record not scheduled: {item}"
     deadline = time.monotonic() + timeout_s
     while http.get(f"/v1/schedules/{schedule_id}").json().get("state") != "delivered":
         if time.monotonic() > deadline:
             pytest.fail(f"leader did not deliver a due-now record within {timeout_s} s")
         time.sleep(0.02)
+
+
+def led_shards(sidecar) -> set[int]:
+    """The shards a sidecar says it leads (kpd_shard_leader)."""
+    with sidecar.client() as http:
+        values = metric_values(http)
+    prefix = "kpd_shard_leader{shard="
+    return {int(k[len(prefix) : -1]) for k, v in values.items() if k.startswith(prefix) and v == 1}
+
+
+DELETE_TIMEOUT_S = 60
+
+
+class TopicCleanup:
+    """Topics (exact names) and namespaces (name prefixes) to delete when a test ends."""
+
+    def __init__(self, admin: AdminClient) -> None:
+        self._admin = admin
+        self.names: set[str] = set()
+        self.prefixes: set[str] = set()
+
+    def owned(self) -> set[str]:
+        return {
+            topic
+            for topic in self._admin.list_topics(timeout=30).topics
+            if topic in self.names or topic.startswith(tuple(self.prefixes))
+        }
+
+    def delete_all(self) -> None:
+        doomed = self.owned()
+        if doomed:
+            for future in self._admin.delete_topics(sorted(doomed)).values():
+                try:
+                    future.result(timeout=DELETE_TIMEOUT_S)
+                except KafkaException as error:
+                    if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise
+        wait_for(lambda: not self.owned(), DELETE_TIMEOUT_S, f"deletion of {sorted(doomed)}")

@@ -11,6 +11,7 @@ import shutil
 import signal
 import time
 
+import httpx
 from kafka_helpers import (
     TopicReader,
     assert_exactly_once,
@@ -19,6 +20,7 @@ from kafka_helpers import (
     delivered_ids,
     log_events,
     make_producer,
+    metric_total,
     metric_values,
     now_ms,
     produce_all,
@@ -39,6 +41,10 @@ def _backlog(target: str, prefix: str, n: int, start_ms: int, span_ms: int) -> l
         )
         for i in range(n)
     ]
+
+
+def _pending(http: httpx.Client) -> float | None:
+    return metric_total(metric_values(http), "kpd_schedules_pending")
 
 
 def test_sigkill_mid_backlog_and_restart(sidecar_factory, new_topic, kafka_bootstrap):
@@ -95,7 +101,7 @@ def test_rocksdb_deleted_while_stopped_is_rebuilt_from_kafka(
                 "late ones scheduled",
             )
             assert http.get("/v1/schedules/early-0").json()["state"] == "delivered"
-            assert metric_values(http)["kpd_schedules_pending"] == 200
+            wait_for(lambda: _pending(http) == 200, 10, "200 pending over the shards")
         assert sidecar.terminate(signal.SIGTERM) == 0
         assert set(delivered_ids(reader.messages)) == early, "late ones delivered before due"
 
@@ -115,14 +121,16 @@ def test_rocksdb_deleted_while_stopped_is_rebuilt_from_kafka(
                 10,
                 "late ones delivered",
             )
-            assert metric_values(http)["kpd_schedules_pending"] == 0
+            wait_for(lambda: _pending(http) == 0, 10, "none pending")
     assert_exactly_once(messages, early | late)
     assert_never_early(messages)
 
 
 def test_failover_to_the_standby_mid_backlog(sidecar_factory, new_topic, kafka_bootstrap):
-    nodes = {
-        name: sidecar_factory(name, election_session_timeout_ms=SESSION_TIMEOUT_MS).start()
+    nodes = {  # one shard: one leader, one standby
+        name: sidecar_factory(
+            name, election_session_timeout_ms=SESSION_TIMEOUT_MS, shards="1"
+        ).start()
         for name in ("a", "b")
     }
 

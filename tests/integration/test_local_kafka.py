@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from sidecar.broker_for_tests import free_port
+from devtools.broker_for_tests import free_port
+from devtools.kafka_release import KafkaRelease
+from devtools.local_kafka import LocalKafka, LocalKafkaError
 
 
 def kpd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -89,3 +91,20 @@ def test_missing_maven_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "Maven (mvn) is not on PATH" in result.stderr
+
+
+def test_a_3x_release_runs_with_its_partitions_and_keeps_its_folder(tmp_path: Path) -> None:
+    """3.x differs in quorum keys and logging; topics take the configured num.partitions."""
+    home = tmp_path / "kafka-3"
+    broker = LocalKafka(home=home, port=free_port(), release=KafkaRelease("3.6.2"), partitions=3)
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.start()})
+        admin.create_topics([NewTopic("defaults", -1, -1)])["defaults"].result(timeout=30)
+        metadata = admin.list_topics("defaults", timeout=10).topics["defaults"]
+        assert sorted(metadata.partitions) == [0, 1, 2]
+        assert "Kafka Server started" in broker.log_file.read_text()  # log4j 1 logs to the file
+    finally:
+        broker.stop()
+    with pytest.raises(LocalKafkaError, match=r"holds a Kafka 3\.6\.2 broker, not 4\.2\.1"):
+        LocalKafka(home=home, port=free_port()).start()
+    broker.wipe()

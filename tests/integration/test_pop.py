@@ -9,9 +9,10 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from kafka_helpers import TopicReader, unique, wait_for
+from kafka_helpers import TopicReader, led_shards, metric_values, unique, wait_for
 
-from api.client import KpdClient, run_worker
+from devtools.broker_for_tests import free_port
+from kpd_client import KpdClient, run_worker
 
 
 def produce(bootstrap: str, topic: str, values: list[str]) -> None:
@@ -24,6 +25,11 @@ def produce(bootstrap: str, topic: str, values: list[str]) -> None:
 def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 30) -> list:
     with TopicReader(bootstrap, topic) as reader:
         return reader.read_count(expected, timeout_s)
+
+
+def parked(http) -> float:
+    """Pop calls the leader holds open (long polls), from its /metrics."""
+    return metric_values(http).get("kpd_pop_parked", 0)
 
 
 def pop_until(kpd: KpdClient, group: str, topic: str, count: int, **kw) -> list:
@@ -122,13 +128,10 @@ def test_nack_with_delay_and_with_group_backoff(leader, group, new_topic, kafka_
         assert {m.value: m.delivery_count for m in back} == {b"a": 2, b"b": 2}
         # Retries come through the delay service: never before the nack delay / backoff.
         assert min(m.timestamp_ms for m in back) >= nacked_at
-        first_back = {m.value: m for m in back}
-        assert first_back[b"a"].headers == {} or "kpd-origin-topic" not in first_back[b"a"].headers
-        retry_records = read_all(
-            leader.bootstrap if hasattr(leader, "bootstrap") else kafka_bootstrap,
-            f"kpd.retry.{group}",
-            2,
-        )
+        # Produced without headers: kpd's bookkeeping headers are never shown to workers.
+        assert [m.headers for m in back] == [{}, {}]
+        retry_topic = kpd.group(group)["config"]["retry_topic"]
+        retry_records = read_all(kafka_bootstrap, retry_topic, 2)
         due = {r.key(): int(dict(r.headers())["kpd-deliver-at"]) for r in retry_records}
         assert due[b"a"] >= nacked_at + 1000
         assert due[b"b"] >= nacked_at + 1500
@@ -164,7 +167,8 @@ def test_reject_and_max_deliveries_go_to_the_dlq(leader, group, new_topic, kafka
             receipt = again.receipt
         assert kpd.nack(group, [receipt])[0]["status"] == "dead_lettered"
         assert kpd.group(group)["dead_lettered"] == 2
-    dead = {m.key(): dict(m.headers()) for m in read_all(kafka_bootstrap, f"kpd.dlq.{group}", 2)}
+    dead_letters = read_all(kafka_bootstrap, leader.dlq_topic(group), 2)
+    dead = {m.key(): dict(m.headers()) for m in dead_letters}
     assert dead[b"bad"]["kpd-dlq-reason"] == b"rejected: cannot parse"
     assert dead[b"tired"]["kpd-dlq-reason"] == b"max deliveries (3) reached"
     assert dead[b"tired"]["kpd-delivery-count"] == b"3"
@@ -198,7 +202,7 @@ def test_long_poll_answers_as_soon_as_a_message_arrives(leader, group, new_topic
     topic = new_topic()
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
     producer.list_topics(topic, timeout=10)  # connected before timing starts
-    with KpdClient(leader.url) as kpd:
+    with KpdClient(leader.url) as kpd, leader.client() as http:
         assert kpd.pop(group, topic, wait_ms=300) == []  # the group reads the topic from now on
         latencies = []
         for i in range(7):
@@ -212,7 +216,7 @@ def test_long_poll_answers_as_soon_as_a_message_arrives(leader, group, new_topic
             thread = threading.Thread(target=waiting_pop)
             thread.start()
             started.wait()
-            time.sleep(0.2)  # let the pop be parked: this is setup, not synchronisation
+            wait_for(lambda: parked(http) == 1, 10, "the pop parked")
             producer.produce(topic, f"wake{i}".encode())
             producer.flush(10)
             thread.join(timeout=15)
@@ -234,18 +238,19 @@ def test_restart_honours_leases_and_never_redelivers_acked(
     topic = new_topic()
     produce(kafka_bootstrap, topic, [f"r{i}" for i in range(10)])
     with KpdClient(sidecar.url) as kpd:
-        popped = pop_until(kpd, group, topic, 10, invisible_ms=8000)
+        popped = pop_until(kpd, group, topic, 10, invisible_ms=15_000)
         acked = popped[:5]
         assert {r["status"] for r in kpd.ack(group, [m.receipt for m in acked])} == {"acked"}
-        lease_end = max(m.invisible_until_ms for m in popped)
+        lease_end = min(m.invisible_until_ms for m in popped)
     assert sidecar.terminate(signal.SIGTERM) == 0
     sidecar.start()
     with KpdClient(sidecar.url) as kpd:
         early = kpd.pop(group, topic, max_messages=10, wait_ms=1500)
-        if time.time() * 1000 < lease_end - 100:
-            assert early == [], "a lease granted before the restart was broken"
-        back = early + pop_until(kpd, group, topic, 5 - len(early), invisible_ms=30_000)
-        assert time.time() * 1000 >= lease_end - 1  # not before the old leases ended
+        # A restart takes seconds, well within the 15 s leases: they must still hold.
+        assert time.time() * 1000 < lease_end, "the restart outlasted the leases"
+        assert early == [], "a lease granted before the restart was broken"
+        back = pop_until(kpd, group, topic, 5, invisible_ms=30_000)
+        assert time.time() * 1000 >= lease_end  # not before the old leases ended
         assert sorted(m.value for m in back) == sorted(m.value for m in popped[5:])
         assert {m.delivery_count for m in back} == {2}
         assert kpd.pop(group, topic, wait_ms=500) == []  # acked ones never come back
@@ -310,7 +315,7 @@ def test_poison_message_does_not_block_others(leader, group, new_topic, kafka_bo
         assert not thread.is_alive(), "the worker did not finish"
     assert all(handled[f"ok{i}".encode()] == 1 for i in range(30))
     assert handled[b"poison"] == 3
-    [dead] = read_all(kafka_bootstrap, f"kpd.dlq.{group}", 1)
+    [dead] = read_all(kafka_bootstrap, leader.dlq_topic(group), 1)
     assert dead.value() == b"poison"
 
 
@@ -388,45 +393,70 @@ def test_auth_size_and_validation_errors(sidecar_factory, group, new_topic) -> N
         assert missing.status_code == 404 and missing.json()["code"] == "topic_not_found"
 
 
-def test_follower_forwards_pop_calls_to_the_leader(
+def test_any_sidecar_pops_and_settles_lanes_led_elsewhere(
     sidecar_factory, group, new_topic, kafka_bootstrap
 ):
     a = sidecar_factory("a").start()
     b = sidecar_factory("b").start()
-    topic = new_topic()
-    produce(kafka_bootstrap, topic, ["via-follower"])
+    topic = new_topic(partitions=4)  # lanes on both shards, so on both sidecars
+    values = [f"m{i}" for i in range(40)]
+    produce(kafka_bootstrap, topic, values)
     with KpdClient(a.url) as via_a, KpdClient(b.url) as via_b:
-        leader_node = via_a.group(group)["node"]
-        assert via_b.group(group)["node"] == leader_node  # both answer from the leader
-        follower = via_b if leader_node == "a" else via_a
-        [message] = pop_until(follower, group, topic, 1)
-        assert message.value == b"via-follower"
-        assert follower.ack(group, [message.receipt])[0]["status"] == "acked"
+        wait_for(lambda: led_shards(a) and led_shards(b), 30, "each sidecar leads a shard")
+        popped = pop_until(via_a, group, topic, len(values))
+        assert sorted(m.value for m in popped) == sorted(v.encode() for v in values)
+        assert len({m.partition for m in popped}) == 4  # every lane, whoever leads it
+        # Receipts of a's pops settle through b: each reaches its shard's leader.
+        results = via_b.ack(group, [m.receipt for m in popped])
+        assert [r["status"] for r in results] == ["acked"] * len(popped)
+        assert via_b.pop(group, topic, max_messages=10, wait_ms=500) == []
+        stats = via_b.group(group)["topics"][topic]
+        assert {p["lag"] for p in stats["partitions"].values()} == {0}
+        assert len(stats["partitions"]) == 4 and stats["in_flight"] == 0
 
 
 def test_standby_takes_over_pops_after_the_leader_is_killed(
     sidecar_factory, group, new_topic, kafka_bootstrap
 ) -> None:
-    first = sidecar_factory("a").start()
-    with KpdClient(first.url) as kpd:
-        wait_for(lambda: kpd.group(group)["node"] == "a", 30, "a leads")
-    standby = sidecar_factory("b").start()
+    first = sidecar_factory("a", shards="1").start()  # one shard: a leads it
+    standby = sidecar_factory("b", shards="1").start()
     topic = new_topic()
     produce(kafka_bootstrap, topic, [f"f{i}" for i in range(20)])
     with KpdClient(first.url) as kpd:
-        assert kpd.group(group)["node"] == "a"  # a standby joining does not take over
+        assert led_shards(first) == {0} and led_shards(standby) == set()  # b stands by
         popped = pop_until(kpd, group, topic, 20, invisible_ms=5000)
         kpd.ack(group, [m.receipt for m in popped[:10]])
     first.terminate(signal.SIGKILL)
     killed_at = time.monotonic()
     with KpdClient(standby.url) as kpd:
-        wait_for(lambda: kpd.group(group)["node"] == "b", 60, "b takes over")
+        wait_for(lambda: led_shards(standby) == {0}, 60, "b takes over")
         takeover_s = time.monotonic() - killed_at
         back = pop_until(kpd, group, topic, 10, invisible_ms=30_000)
         assert sorted(m.value for m in back) == sorted(m.value for m in popped[10:])
         assert {m.delivery_count for m in back} == {2}
-        assert min(m.timestamp_ms for m in back) >= 0
+        lease_ends = {m.value: m.invisible_until_ms for m in popped}
+        for message in back:  # each retry copy was written once its lease had ended
+            assert message.timestamp_ms >= lease_ends[message.value]
         assert kpd.pop(group, topic, wait_ms=1000) == []  # acked ones never come back
         assert {r["status"] for r in kpd.ack(group, [m.receipt for m in back])} == {"acked"}
     print(f"pop takeover after SIGKILL: {takeover_s:.1f} s")
     assert takeover_s < 30
+
+
+def test_the_client_spreads_calls_over_sidecars_and_skips_a_dead_one(
+    sidecar_factory, group, new_topic, kafka_bootstrap
+):
+    a, b = sidecar_factory("a").start(), sidecar_factory("b").start()
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    topic = new_topic(partitions=2)
+    values = [f"spread-{i}" for i in range(20)]
+    produce(kafka_bootstrap, topic, values)
+    with KpdClient([a.url, dead, b.url]) as kpd:
+        popped = []
+        while len(popped) < len(values):
+            popped += kpd.pop(group, topic, max_messages=3, wait_ms=1000)
+        assert sorted(m.value for m in popped) == sorted(v.encode() for v in values)
+        assert {r["status"] for r in kpd.ack(group, [m.receipt for m in popped])} == {"acked"}
+    for sidecar in (a, b):  # both answered pops: the client went to each in turn
+        with sidecar.client() as http:
+            assert metric_values(http)["kpd_pop_request_seconds_count{call=pop}"] > 0

@@ -16,6 +16,7 @@ class SyntheticLog:
     lines: list[str] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)  # the well-formed ones
     lateness: dict[str, list[int]] = field(default_factory=dict)  # per target, every delivery
+    dispatch: dict[str, list[int]] = field(default_factory=dict)  # at - max(due, enqueued)
 
     def add(self, **record: Any) -> dict[str, Any]:
         base = {"due_ms": None, "enqueued_ms": None, "delivery_count": 1, "node": "node-a"}
@@ -28,17 +29,51 @@ class SyntheticLog:
         at = due - 5_000 if at is None else at
         self.add(event="scheduled", id=id_, target=target, due_ms=due, at_ms=at, enqueued_ms=at)
 
-    def deliver(self, id_: str, target: str, due: int, at: int, node: str = "node-a") -> None:
-        self.add(
+    def deliver(
+        self,
+        id_: str,
+        target: str,
+        due: int,
+        at: int,
+        node: str = "node-a",
+        enqueued: int | None = None,
+    ) -> None:
+        """A delay delivery; enqueued 5 s before due unless given (None stays null in the log)."""
+        enqueued_ms = due - 5_000 if enqueued is None else enqueued
+        record = self.add(
             event="delivered",
             id=id_,
             target=target,
             due_ms=due,
             at_ms=at,
-            enqueued_ms=due - 5_000,
+            enqueued_ms=enqueued_ms,
             node=node,
         )
         self.lateness.setdefault(target, []).append(at - due)
+        start = due if record["enqueued_ms"] is None else max(due, record["enqueued_ms"])
+        self.dispatch.setdefault(target, []).append(at - start)
+
+    def deliver_unknown_enqueue(self, id_: str, target: str, due: int, at: int) -> None:
+        """A delay delivery whose log record has `enqueued_ms: null`."""
+        self.add(event="delivered", id=id_, target=target, due_ms=due, at_ms=at)
+        self.lateness.setdefault(target, []).append(at - due)
+        self.dispatch.setdefault(target, []).append(at - due)
+
+
+def produce_log(bootstrap: str, topic: str, log: SyntheticLog) -> None:
+    """Every line to `topic`, in at_ms order as a sidecar appends them, each with its at_ms as
+    Kafka timestamp (timestamp pushdown relies on both); lines that are not records at T0."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    n_valid = len(log.records)
+    entries = sorted(
+        (log.records[i]["at_ms"] if i < n_valid else T0, i) for i in range(len(log.lines))
+    )
+    for at, i in entries:
+        key = log.records[i]["id"].encode() if i < n_valid else None
+        producer.produce(topic, value=log.lines[i].encode(), key=key, timestamp=at)
+    assert producer.flush(30) == 0
 
 
 def build_log(anomalies: bool = True) -> SyntheticLog:
@@ -120,4 +155,30 @@ def build_log(anomalies: bool = True) -> SyntheticLog:
                 }
             ),
         ]
+    return log
+
+
+def arrived_late_log() -> SyntheticLog:
+    """100 prompt deliveries, and 10 schedules that reached kpd 5-6 s after their due time and
+    were dispatched within 15 ms of arriving: late end to end, prompt by kpd's own measure.
+    Plus a delivery with unknown enqueue time, pop deliveries (one message delivered twice, as
+    pop does) and a schedule settled to kpd.invalid."""
+    log = SyntheticLog()
+    for i in range(100):
+        due = T0 + i * 1_000
+        log.schedule(f"ok{i}", "orders", due)
+        log.deliver(f"ok{i}", "orders", due, due + i % 40, enqueued=due - 10_000)
+    for i in range(10):
+        due, arrived = T0 + i * 1_000 + 500, T0 + i * 1_000 + 5_500 + i * 100
+        log.schedule(f"overdue{i}", "orders", due, at=arrived)
+        log.deliver(f"overdue{i}", "orders", due, arrived + 5 + i, enqueued=arrived)
+    log.schedule("unknown-enqueue", "emails", T0 + 50_000)
+    log.deliver_unknown_enqueue("unknown-enqueue", "emails", T0 + 50_000, T0 + 50_030)
+    pop = {"target": "jobs", "group": "workers", "partition": 0, "offset": 3, "node": "node-b"}
+    for count in (1, 2):  # the same message again after its lease ended: not a duplicate
+        log.add(event="delivered", id="jobs:0:3", at_ms=T0 + count * 40_000,
+                enqueued_ms=T0, delivery_count=count, **pop)  # fmt: skip
+    log.schedule("gone-1", "orders", T0 + 2_000)
+    log.add(event="invalid", id="gone-1", target="orders", due_ms=T0 + 2_000,
+            at_ms=T0 + 2_001, reason="target no longer exists")  # fmt: skip
     return log

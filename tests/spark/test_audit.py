@@ -11,9 +11,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from audit_synthlog import T0, SyntheticLog, build_log
+from audit_synthlog import T0, SyntheticLog, build_log, produce_log
 
-from spark.audit import main, parse_time
+from spark.audit import main
+from spark.options import parse_time
 
 pytestmark = pytest.mark.spark
 
@@ -227,7 +228,6 @@ def test_parquet_typed_and_kafka_style_exports(spark, tmp_path, synthetic_log):
 
 
 def test_usage_errors_exit_1(tmp_path, capsys):
-    assert main(["--out", str(tmp_path)]) == 1  # no source
     assert main(["--input", "x", "--out", str(tmp_path), "--since", "yesterday"]) == 1
     assert main(["--input", str(tmp_path / "absent.jsonl"), "--out", str(tmp_path)]) == 1
     assert main(["--help"]) == 0
@@ -240,16 +240,8 @@ def test_audit_reads_the_log_from_kafka(spark, tmp_path, synthetic_log, kafka_bo
     # Records carry their at_ms as Kafka timestamp (as the sidecar's would); no retention, since
     # those times are long past.
     topic = new_topic("delivery-log", partitions=3, config={"retention.ms": "-1"})
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
-    # In at_ms order, as a sidecar appends them: timestamp pushdown relies on it (roughly).
-    n_valid = len(synthetic_log.records)
-    entries = sorted(
-        (r["at_ms"] if i < n_valid else T0, i)
-        for i, r in enumerate(synthetic_log.records + [{}] * (len(synthetic_log.lines) - n_valid))
-    )
-    for at, i in entries:
-        key = synthetic_log.records[i]["id"].encode() if i < n_valid else None
-        producer.produce(topic, value=synthetic_log.lines[i].encode(), key=key, timestamp=at)
+    produce_log(kafka_bootstrap, topic, synthetic_log)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
     producer.produce(topic, value=None, key=b"tombstone")  # no value: malformed, not a crash
     assert producer.flush(30) == 0
 

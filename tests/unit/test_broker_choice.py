@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sidecar.broker_for_tests import BrokerSource, choose_broker_source
+from devtools.broker_for_tests import BrokerSource, choose_broker_source
 
 
 def never() -> bool:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from sidecar.config import OTHER_VARIABLES, Settings, load_settings
+from foundation.config import OTHER_VARIABLES, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,3 +59,77 @@ def test_environment_is_what_the_sidecar_reads(
     assert any(str(p).endswith(f":{port}") for p in compose["services"][service]["ports"])
     healthcheck = " ".join(compose["services"][service]["healthcheck"]["test"])
     assert f":{port}/readyz" in healthcheck
+
+
+# -- the observability profile: Prometheus and Grafana provisioned from deploy/ ----------------
+
+
+def host_path(service: dict, container_path: str) -> Path:
+    """The host file or folder that `service` sees at `container_path` (bind mounts only)."""
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if not source.startswith("./"):
+            continue
+        if container_path == target or container_path.startswith(target + "/"):
+            return ROOT / source / container_path.removeprefix(target).lstrip("/")
+    raise AssertionError(f"nothing is mounted at {container_path}")
+
+
+def container_port(service: dict) -> int:
+    [mapping] = service["ports"]
+    return int(str(mapping).split(":")[-1])
+
+
+def test_observability_profile_services(compose: dict) -> None:
+    services = compose["services"]
+    profiled = {name for name, s in services.items() if s.get("profiles") == ["observability"]}
+    assert profiled == {"prometheus", "grafana"}
+    assert services["prometheus"]["image"].startswith("prom/prometheus:v3.")
+    assert services["grafana"]["image"].startswith("grafana/grafana:")
+    for name in profiled:
+        for volume in services[name]["volumes"]:
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), (name, source)
+            else:
+                assert source in compose["volumes"], (name, source)
+
+
+def test_prometheus_scrapes_the_sidecars_and_loads_the_rules(compose: dict) -> None:
+    services = compose["services"]
+    prometheus = services["prometheus"]
+    config = yaml.safe_load(host_path(prometheus, "/etc/prometheus/prometheus.yml").read_text())
+    [job] = config["scrape_configs"]
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+    targets = {t for static in job["static_configs"] for t in static["targets"]}
+    sidecars = {
+        n for n, s in services.items() if s.get("image") == "kpd:latest" and "profiles" not in s
+    }
+    assert sidecars == {"sidecar-a", "sidecar-b"}
+    expected = {f"{name}:{services[name]['environment']['KPD_HTTP_PORT']}" for name in sidecars}
+    assert targets == expected
+    [rule_file] = config["rule_files"]
+    rules = yaml.safe_load(host_path(prometheus, rule_file).read_text())
+    assert host_path(prometheus, rule_file) == ROOT / "deploy/prometheus/rules/kpd-alerts.yml"
+    assert {r["alert"] for g in rules["groups"] for r in g["rules"]} >= {"KpdNoLeader"}
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(compose: dict) -> None:
+    services = compose["services"]
+    grafana = services["grafana"]
+    assert "prometheus" in grafana["depends_on"]
+    provisioning = host_path(grafana, "/etc/grafana/provisioning")
+    [source] = yaml.safe_load((provisioning / "datasources/prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus"
+    assert source["url"] == f"http://prometheus:{container_port(services['prometheus'])}"
+    [provider] = yaml.safe_load((provisioning / "dashboards/kpd.yml").read_text())["providers"]
+    assert provider["type"] == "file"
+    dashboard_file = host_path(grafana, provider["options"]["path"]) / "kpd.json"
+    assert dashboard_file == ROOT / "deploy/grafana/dashboards/kpd.json"
+    dashboard = json.loads(dashboard_file.read_text())
+    [variable] = dashboard["templating"]["list"]
+    assert variable["current"]["value"] == source["uid"]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert host_path(grafana, home) == dashboard_file

@@ -1,4 +1,5 @@
-"""Receipt codec: round trip, tamper resistance, hostile input."""
+"""Receipt codec: round trip, tamper resistance, hostile input; version 1 (one HMAC per receipt)
+and version 2 (one HMAC per segment of a pop batch)."""
 
 import base64
 import hashlib
@@ -135,7 +136,8 @@ def _fp(group: str) -> bytes:
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        (b"\x02" + msgpack.packb([_fp("g"), "t", 0, 1, 1, 1]), "version"),
+        (b"\x03" + msgpack.packb([_fp("g"), "t", 0, 1, 1, 1]), "version"),
+        (b"\x00" + msgpack.packb([_fp("g"), "t", 0, 1, 1, 1]), "version"),
         (b"\x01\xc1", "undecodable"),
         (b"\x01" + msgpack.packb({"a": 1}), "shape"),
         (b"\x01" + msgpack.packb([_fp("g"), "t", 0, 1, 1]), "shape"),

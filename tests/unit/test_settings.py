@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.config import SettingsError, load_settings
+from foundation.config import SettingsError, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +32,18 @@ def test_defaults_match_design() -> None:
     assert s.group("orders").backoff_ms[:3] == [10_000, 30_000, 60_000]
     assert s.group("orders").backoff_ms[-1] == 7_200_000
     assert s.data_dir == Path(".kpd/data") / s.node_id
+
+
+def test_retry_and_dlq_names_follow_the_state_topic_prefix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KPD_STATE_TOPIC_PREFIX", "team-a.kpd.")
+    monkeypatch.setenv("KPD_GROUPS__named__DLQ_TOPIC", "billing-dead")
+    s = load_settings()
+    assert s.group("orders").retry_topic == "team-a.kpd.retry.orders"
+    assert s.group("orders").dlq_topic == "team-a.kpd.dlq.orders"
+    assert s.group("named").retry_topic == "team-a.kpd.retry.named"
+    assert s.group("named").dlq_topic == "billing-dead"  # an explicit name is kept as given
 
 
 def test_environment_overrides_toml(monkeypatch: pytest.MonkeyPatch, clean_env: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sidecar.store import Store
+from foundation.store import Store
 
 
 def test_families_are_separate_key_spaces(tmp_path: Path) -> None:

@@ -6,8 +6,11 @@ every advance): never early, never lost, exactly once, ordered by (due_ms, inser
 
 from __future__ import annotations
 
+import gc
 import random
 import time
+import tracemalloc
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -498,3 +501,162 @@ def test_constructor_validation() -> None:
         TimingWheelTimer(0, tick_ms=0)
     with pytest.raises(ValueError):
         TimingWheelTimer(0, wheel_size=1)
+
+
+# -- inputs --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("due", [1.5, float(START_MS), "1700000000000", None, [START_MS]])
+def test_non_integer_due_is_refused_and_changes_nothing(due: object) -> None:
+    # A float due time would make an inexact order key (two entries could share one).
+    timer = TimingWheelTimer(START_MS)
+    timer.add("a", START_MS + 10)
+    with pytest.raises(TypeError):
+        timer.add("a", due)
+    with pytest.raises(TypeError):
+        timer.add("b", due)
+    assert len(timer) == 1 and "b" not in timer
+    assert timer.advance(START_MS + 10) == [(START_MS + 10, "a")]
+
+
+def test_huge_and_hugely_negative_due_times() -> None:
+    timer = TimingWheelTimer(START_MS)
+    timer.add("huge", 10**30)  # about a dozen overflow wheels
+    timer.add("ancient", -(10**30))  # already due
+    timer.add("near", START_MS + 5)
+    assert [(at, sid) for at, _, sid in drive(timer)] == [
+        (-(10**30), "ancient"),
+        (START_MS + 5, "near"),
+        (10**30, "huge"),
+    ]
+    timer.add("huge-again", 10**30 + 10**20)
+    assert timer.remove("huge-again") is True
+    assert timer.next_expiry_ms() is None
+
+
+# -- remove finds entries wherever they are ------------------------------------------------------
+
+
+def test_remove_after_cascade_into_a_finer_wheel() -> None:
+    timer = TimingWheelTimer(0)
+    timer.add("x", 100_000)  # first on an overflow wheel (the finest spans 512 ms)
+    timer.add("y", 100_000)
+    assert timer.advance(99_900) == []
+    # Its overflow bucket expired: now on the finest wheel, which knows its exact due time.
+    assert timer.next_expiry_ms() == 100_000
+    assert timer.remove("x") is True
+    timer.add("x", 100_050)  # the same id again, later
+    assert timer.advance(100_000) == [(100_000, "y")]
+    assert timer.advance(100_049) == []
+    assert timer.advance(100_050) == [(100_050, "x")]
+    assert len(timer) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), tick=st.sampled_from([1, 7]), size=st.sampled_from([2, 16, 512]))
+def test_many_adds_removes_and_advances_match_a_sorted_model(
+    seed: int, tick: int, size: int
+) -> None:
+    """Thousands of operations over a few hundred ids, entries on many levels and in the queues."""
+    rng = random.Random(seed)
+    timer = TimingWheelTimer(0, tick_ms=tick, wheel_size=size)
+    model: dict[str, tuple[int, int]] = {}  # id -> (due_ms, insertion seq)
+    now = 0
+    for seq in range(3_000):
+        sid = f"id{rng.randrange(300)}"
+        op = rng.random()
+        if op < 0.55:
+            due = now + rng.choice(
+                [rng.randrange(-100, 100), rng.randrange(10**3), rng.randrange(10**7)]
+            )
+            timer.add(sid, due)
+            model[sid] = (due, seq)
+        elif op < 0.8:
+            assert timer.remove(sid) is (model.pop(sid, None) is not None)
+        else:
+            now += rng.choice([0, 1, rng.randrange(100), rng.randrange(10**5)])
+            limit = rng.choice([None, 0, 1, 5, 50])
+            expected = sorted((due, s, i) for i, (due, s) in model.items() if due <= now)
+            expected = expected[:limit] if limit is not None else expected
+            assert timer.advance(now, limit) == [(due, i) for due, _, i in expected]
+            for _, _, i in expected:
+                del model[i]
+        assert len(timer) == len(model)
+    rest = sorted((due, s, i) for i, (due, s) in model.items())
+    assert [(due, sid) for _, due, sid in drive(timer)] == [(due, i) for due, _, i in rest]
+
+
+# -- memory: nothing per entry for the garbage collector -----------------------------------------
+
+
+def populated(n: int, ids: list[str]) -> TimingWheelTimer:
+    """A 10 s window filled every ms, far-future and late entries, a ready backlog, removals.
+
+    The same wheel buckets are used for every n that is a multiple of 10_000; only the number of
+    entries per bucket and per queue changes with n.
+    """
+    timer = TimingWheelTimer(START_MS)
+    for i in range(n):
+        timer.add(ids[i], START_MS + 1 + i % 10_000)
+    for i in range(n, n + n // 10):
+        timer.add(ids[i], START_MS + 24 * 3600 * 1000 + i % 1_000)  # a coarse overflow wheel
+    assert len(timer.advance(START_MS + 5_000, limit=100)) == 100  # ~n/2 left in the ready queue
+    for i in range(n + n // 10, n + n // 5):
+        timer.add(ids[i], START_MS - i)  # past due: the late heap
+    # Some on wheels, some queued (removed lazily), a few already taken.
+    removed = sum(map(timer.remove, ids[: n + n // 5 : 3]))
+    assert len(timer) == n + n // 5 - 100 - removed
+    assert timer.due_backlog() > n // 3
+    return timer
+
+
+def gc_tracked_reachable(root: object) -> int:
+    """GC-tracked objects reachable from ``root``, not following classes or modules."""
+    seen: set[int] = set()
+    stack, tracked = [root], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type | types.ModuleType):
+            continue
+        seen.add(id(obj))
+        tracked += gc.is_tracked(obj)
+        stack.extend(gc.get_referents(obj))
+    return tracked
+
+
+def test_gc_tracked_objects_of_the_wheel_do_not_grow_with_entries() -> None:
+    ids = [f"{i:026d}" for i in range(120_000)]
+    small, large = populated(10_000, ids), populated(100_000, ids)
+    assert len(large) > 9 * len(small)
+    # Buckets, wheels and queues: a number set by wheel_size and levels, the same for 10x the
+    # entries.  One object per entry (the old _Entry design) adds ~90k here.
+    assert gc_tracked_reachable(large) == gc_tracked_reachable(small)
+    assert gc_tracked_reachable(large) < 3 * 512 * large._wheel.levels()
+
+
+def test_a_populated_wheel_adds_no_per_entry_work_for_the_collector() -> None:
+    ids = [f"{i:026d}" for i in range(120_000)]
+    gc.collect()
+    before = len(gc.get_objects())
+    timer = populated(100_000, ids)
+    gc.collect()
+    added = len(gc.get_objects()) - before
+    assert len(timer) > 75_000
+    assert added < 5_000, added  # one object per entry would be > 75_000
+
+
+def test_memory_per_entry() -> None:
+    ids = [f"{i:026d}" for i in range(100_000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        timer = TimingWheelTimer(START_MS)
+        for i, sid in enumerate(ids):
+            timer.add(sid, START_MS + 1 + i % 10_000)
+        per_entry = (tracemalloc.get_traced_memory()[0] - before) / len(ids)
+    finally:
+        tracemalloc.stop()
+    assert len(timer) == len(ids)
+    # Two dict slots (index, bucket) and one int; an entry object and its two ints cost ~100
+    # bytes more.
+    assert per_entry < 150, per_entry

@@ -1,0 +1,47 @@
+"""Wake long polls as soon as records arrive for a (group, topic) (RocketMQ long polling).
+
+The pop services fetch on their own threads and call `notify`; a parked pop (or a peer's watch)
+waits on an event of its own for its (group, topic) in the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from revive import metrics
+
+Key = tuple[str, str]  # (group, topic)
+
+
+class Availability:
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: dict[Key, set[asyncio.Event]] = {}
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def notify(self, group: str, topic: str) -> None:
+        """Records arrived for pops of (group, topic); callable from any thread."""
+        if self._loop is not None and (group, topic) in self._waiters:
+            self._loop.call_soon_threadsafe(self._wake, (group, topic))
+
+    def _wake(self, key: Key) -> None:
+        for event in self._waiters.get(key, ()):
+            event.set()
+
+    @contextmanager
+    def waiting(self, group: str, topic: str) -> Iterator[asyncio.Event]:
+        """An event set when records arrive for (group, topic) while the caller waits."""
+        key, event = (group, topic), asyncio.Event()
+        self._waiters.setdefault(key, set()).add(event)
+        metrics.PARKED.inc()
+        try:
+            yield event
+        finally:
+            metrics.PARKED.dec()
+            self._waiters[key].discard(event)
+            if not self._waiters[key]:
+                del self._waiters[key]

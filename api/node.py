@@ -1,0 +1,51 @@
+"""What the HTTP API needs from the running node. The composition root (`sidecar`) provides it;
+the API never imports that layer, so it depends only on the services below it."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import httpx
+
+from api.availability import Availability
+from delay_service.schedules import ScheduleIndex
+from foundation.async_producer import AsyncProducer
+from foundation.config import Settings
+from foundation.shards import ShardMap
+from foundation.topics import TopicCache, TopicSpec
+from revive.receipt import ReceiptCodec
+from revive.service import PopService
+
+
+class Node(Protocol):
+    settings: Settings
+    schedules: ScheduleIndex
+    api_producer: AsyncProducer
+    topic_cache: TopicCache
+    http: httpx.AsyncClient  # forwards calls to the sidecar that owns them
+    codec: ReceiptCodec
+    availability: Availability  # wakes long polls when records arrive
+
+    @property
+    def shard_map(self) -> ShardMap: ...
+
+    @property
+    def url(self) -> str:
+        """This worker's own address, as the others reach it."""
+
+    def pop_service(self, shard: int) -> PopService | None:
+        """The started pop service of `shard` if this worker leads it."""
+
+    def owners(self) -> dict[int, str]:
+        """The address of each shard's leader, as last seen (refreshed in the background)."""
+
+    def partitions(self, topic: str) -> int:
+        """How many partitions `topic` has (0 if it does not exist)."""
+
+    def owned_topics(self) -> list[TopicSpec]: ...
+
+    def not_ready_reasons(self) -> list[str]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...

@@ -1,0 +1,250 @@
+"""Pop-group calls across shards: any sidecar answers, from the lanes of every shard's owner.
+
+Each (group, topic, partition) lane belongs to one shard (`foundation.shards`), served by the
+worker that leads it. A pop asks the sources of its (group, topic), local shards and remote
+owners, one after the other until it has `max_messages`; where it starts rotates, so no lane
+starves whichever sidecar clients talk to (RocketMQ 5 clients pop every broker in turn). With
+nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
+long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message. Acks,
+nacks, lease changes and rejects go to the owner of each receipt's shard, from any sidecar.
+Calls forwarded by a peer are answered from local shards only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import httpx
+
+from api.node import Node
+from api.problems import Problem, leadership_moving
+from revive.fetcher import source_topic
+from revive.receipt import InvalidReceipt, Receipt
+from revive.requests import PopRequest, SettleRequest
+from revive.service import PopService
+
+FORWARDED = "x-kpd-forwarded"
+WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
+ANSWER_TIMEOUT_S = 30.0
+Source = PopService | str  # a local shard's service, or a remote owner's URL
+
+
+class PopRouter:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._turns: dict[tuple[str, str], int] = {}
+
+    # -- pop -------------------------------------------------------------------------------
+
+    async def pop(
+        self, group: str, topic: str, wanted: int, invisible_ms: int, wait_ms: int, local: bool
+    ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            sources = self._sources(group, topic, local)
+            messages = await self._collect(group, topic, wanted, invisible_ms, sources)
+            left = deadline - time.monotonic()
+            if messages or left <= 0:
+                return messages
+            await self._park(group, topic, sources, left)
+
+    async def watch(self, group: str, topic: str, wait_ms: int) -> int:
+        """For a peer: wait until local lanes of (group, topic) hold records; how many."""
+        services = [s for s in self._sources(group, topic, local=True) if isinstance(s, PopService)]
+        for service in services:  # a shard reads (group, topic) once it has been asked for it
+            if not service.knows(group, topic):
+                await _answer(service.submit(PopRequest(group, topic, 0, 1000)))
+        deadline = time.monotonic() + wait_ms / 1000
+        with self._node.availability.waiting(group, topic) as arrived:
+            while True:
+                count = sum(service.available(group, topic) for service in services)
+                left = deadline - time.monotonic()
+                if count or left <= 0:
+                    return count
+                arrived.clear()
+                await _until(arrived.wait(), left)
+
+    def _sources(self, group: str, topic: str, local: bool) -> list[Source]:
+        """Who serves lanes of (group, topic): this worker's shards, then the other owners."""
+        node = self._node
+        retry = node.settings.group(group).retry_topic or ""
+        shards = {
+            node.shard_map.of_lane(group, name, p)
+            for name in (topic, retry)
+            for p in range(node.partitions(name))
+        }
+        owners = node.owners()
+        services: list[Source] = []
+        urls: set[str] = set()
+        for shard in sorted(shards):
+            service = node.pop_service(shard)
+            if service is not None:
+                services.append(service)
+            elif not local and shard in owners and owners[shard] != node.url:
+                urls.add(owners[shard])
+        sources = [*services, *sorted(urls)]
+        if not sources:
+            raise leadership_moving("no_leader", f"no sidecar serves the lanes of {topic!r} now")
+        return sources
+
+    async def _collect(
+        self, group: str, topic: str, wanted: int, invisible_ms: int, sources: list[Source]
+    ) -> list[dict[str, Any]]:
+        turn = self._turns[(group, topic)] = self._turns.get((group, topic), -1) + 1
+        start = turn % len(sources)
+        found: list[dict[str, Any]] = []
+        for source in sources[start:] + sources[:start]:
+            left = wanted - len(found)
+            if left <= 0:
+                break
+            if isinstance(source, PopService):
+                if source.knows(group, topic) and not source.available(group, topic):
+                    continue
+                found += await _answer(source.submit(PopRequest(group, topic, left, invisible_ms)))
+            else:
+                body = {"max_messages": left, "invisible_ms": invisible_ms, "wait_ms": 0}
+                answer = await self._forward(source, f"/v1/groups/{group}/topics/{topic}/pop", body)
+                found += answer["messages"]
+        return found
+
+    async def _park(self, group: str, topic: str, sources: list[Source], left_s: float) -> None:
+        """Until a local lane gets records, or a remote owner says it has some, or `left_s`."""
+        services = [s for s in sources if isinstance(s, PopService)]
+        with self._node.availability.waiting(group, topic) as arrived:
+            if any(service.available(group, topic) for service in services):
+                return  # arrived since the last look
+            waits: list[Awaitable[Any]] = [arrived.wait()]
+            path = f"/v1/groups/{group}/topics/{topic}/pop"
+            for url in (s for s in sources if isinstance(s, str)):
+                body = {"max_messages": 1, "wait_ms": int(left_s * 1000)}
+                waits.append(self._forward(url, path, body, watch=True))
+            tasks = [asyncio.ensure_future(wait) for wait in waits]
+            try:
+                await asyncio.wait(tasks, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+
+    # -- ack, nack, leases, reject ---------------------------------------------------------
+
+    async def settle(
+        self, kind: str, group: str, items: list[tuple[str, Any]], local: bool
+    ) -> list[dict[str, Any]]:
+        node = self._node
+        results: list[dict[str, Any] | None] = [None] * len(items)
+        by_shard: dict[int, list[tuple[int, str, Receipt, Any]]] = {}
+        for i, (text, argument) in enumerate(items):
+            try:
+                receipt = node.codec.decode(text, group=group)
+            except InvalidReceipt as error:
+                results[i] = {"receipt": text, "status": "invalid", "detail": error.reason}
+                continue
+            shard = node.shard_map.of_lane(group, source_topic(receipt.topic), receipt.partition)
+            by_shard.setdefault(shard, []).append((i, text, receipt, argument))
+        owners = node.owners()
+        remote: dict[str, list[tuple[int, str, Receipt, Any]]] = {}
+        calls = []
+        for shard, shard_items in by_shard.items():
+            service = node.pop_service(shard)
+            if service is not None:
+                request = SettleRequest(kind, group, [(t, r, a) for _, t, r, a in shard_items])
+                calls.append((shard_items, _answer(service.submit(request))))
+            elif local or shard not in owners or owners[shard] == node.url:
+                raise leadership_moving("no_leader", f"no sidecar leads shard {shard} now")
+            else:
+                remote.setdefault(owners[shard], []).extend(shard_items)
+        for url, url_items in remote.items():
+            body = _settle_body(kind, [(t, a) for _, t, _, a in url_items])
+            answer = self._forward(url, f"/v1/groups/{group}/{kind}", body)
+            calls.append((url_items, _results(answer)))
+        answers = await asyncio.gather(*(call for _, call in calls))
+        for (placed, _), answered in zip(calls, answers, strict=True):
+            for (i, *_), result in zip(placed, answered, strict=True):
+                results[i] = result
+        return [result for result in results if result is not None]
+
+    # -- stats -----------------------------------------------------------------------------
+
+    async def stats(self, group: str, local: bool) -> dict[str, Any]:
+        node = self._node
+        parts = [
+            await asyncio.to_thread(service.stats, group)
+            for shard in range(node.shard_map.shards)
+            if (service := node.pop_service(shard)) is not None
+        ]
+        if not local:
+            urls = set(node.owners().values()) - {node.url}
+            parts += await asyncio.gather(
+                *(self._forward(url, f"/v1/groups/{group}", None) for url in sorted(urls))
+            )
+        return _merge_stats(parts)
+
+    # -- forwarding ------------------------------------------------------------------------
+
+    async def _forward(
+        self, url: str, path: str, body: dict[str, Any] | None, watch: bool = False
+    ) -> Any:
+        node = self._node
+        headers = {FORWARDED: node.settings.node_id}
+        if watch:
+            headers[WATCH] = "1"
+        if node.settings.api_token is not None:
+            headers["authorization"] = f"Bearer {node.settings.api_token.get_secret_value()}"
+        method = "GET" if body is None else "POST"
+        try:
+            answer = await node.http.request(
+                method, f"{url}{path}", json=body, headers=headers, timeout=60
+            )
+        except httpx.HTTPError as error:
+            raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
+        if answer.status_code != 200:
+            problem = answer.json() if answer.content else {}
+            raise Problem(
+                answer.status_code, str(problem.get("code", "forward_failed")),
+                f"sidecar at {url}: {problem.get('detail', answer.text[:200])}",
+                headers={k: v for k, v in answer.headers.items() if k == "retry-after"} or None,
+            )  # fmt: skip
+        return answer.json()
+
+
+def _settle_body(kind: str, items: list[tuple[str, Any]]) -> dict[str, Any]:
+    if kind == "ack":
+        return {"receipts": [text for text, _ in items]}
+    field = {"nack": "delay_ms", "leases": "invisible_ms", "reject": "reason"}[kind]
+    return {"items": [{"receipt": t, **({field: a} if a is not None else {})} for t, a in items]}
+
+
+async def _results(answer: Awaitable[Any]) -> list[dict[str, Any]]:
+    return list((await answer)["results"])
+
+
+async def _answer(future: Any) -> Any:
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future), ANSWER_TIMEOUT_S)
+    except TimeoutError:
+        raise Problem(503, "leader_busy", "the pop service did not answer in time") from None
+    except RuntimeError as error:  # the service stopped leading before it took the call
+        raise leadership_moving("not_leader", str(error)) from None
+
+
+async def _until(waiting: Awaitable[Any], timeout_s: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(waiting, timeout_s)
+
+
+def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    topics: dict[str, Any] = {}
+    for part in parts:
+        for topic, numbers in part.get("topics", {}).items():
+            merged = topics.setdefault(
+                topic, {"available": 0, "in_flight": 0, "retrying": 0, "partitions": {}}
+            )
+            for name in ("available", "in_flight", "retrying"):
+                merged[name] += numbers[name]
+            merged["partitions"].update(numbers["partitions"])
+    dead = sum(part.get("dead_lettered", 0) for part in parts)
+    return {"topics": topics, "dead_lettered": dead}

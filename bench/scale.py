@@ -1,0 +1,372 @@
+"""Scale-out benchmark: worker processes, failover by kill, takeover against pop-state size.
+
+    .venv/bin/python bench/scale.py                       # local broker under a temp folder
+    .venv/bin/python bench/scale.py --workers 1,2 --kills 10 --pop-state 10000,1000000
+
+Prints, in one run on one broker:
+  * for 1, 2 and 4 worker processes of one `kpd run` (8 shards): delay ingest (schedules/s),
+    burst drain (deliveries/s) and pop+ack at batch 100 (msgs/s), as ratios to 1 worker; the CPU
+    split (each kpd process and the broker, core-seconds per 1,000 records) and each worker's
+    share of the work (from the delivery log's `node`);
+  * failover: SIGKILL of a sidecar under a steady due load, 2 sidecars with the broker's stock
+    session timeout (6 s): time until the killed sidecar's shards deliver again, p50 and max;
+  * takeover: the time from SIGKILL of a pop leader to the first pop answered by its standby,
+    with 10k and with 1M records already in the pop-state topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from delay import consumer, create_topic, now_ms, produce_fast  # noqa: E402
+
+from devtools.broker_for_tests import broker_for_tests  # noqa: E402
+from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
+from foundation.shards import ShardMap  # noqa: E402
+from revive.ledger import Outcome  # noqa: E402
+from revive.records import AckRecord, CheckpointRecord, pack_batch  # noqa: E402
+
+SHARDS = 8
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def broker_pid() -> int:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if "kafka.Kafka" in (proc / "cmdline").read_text():
+                    return int(proc.name)
+            except OSError:
+                continue
+    raise RuntimeError("no broker process")
+
+
+class Sidecar(SidecarProcess):
+    def __init__(self, bootstrap: str, home: Path, namespace: str, name: str, **settings: str):
+        env = isolated_env(
+            bootstrap, name, home / name, namespace, log_level="WARNING", shards=str(SHARDS),
+            **settings,
+        )  # fmt: skip
+        super().__init__(env, home / f"{name}.log")
+
+    def cpu(self) -> dict[int, float]:
+        return {pid: cpu_s(pid) for pid in self.worker_pids()}
+
+    def led(self) -> set[int]:
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        prefix = 'kpd_shard_leader{shard="'
+        return {
+            int(line[len(prefix) :].split('"')[0])
+            for line in text.splitlines()
+            if line.startswith(prefix) and line.endswith(" 1.0")
+        }
+
+
+def log_nodes(bootstrap: str, topic: str, event: str, n: int, timeout_s: float) -> Counter[str]:
+    """Which node wrote each of n `event` records of the delivery log."""
+    c = consumer(bootstrap, topic)
+    nodes: Counter[str] = Counter()
+    deadline = time.monotonic() + timeout_s
+    while sum(nodes.values()) < n and time.monotonic() < deadline:
+        for m in c.consume(5000, 0.2):
+            if m.error() is None:
+                record = orjson.loads(m.value())
+                if record["event"] == event:
+                    nodes[record["node"]] += 1
+    c.close()
+    return nodes
+
+
+def count_metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def wait_metric(url: str, name: str, total: float, limit_s: float) -> tuple[float, float]:
+    """(first time the counter moved, time it reached `total`) in monotonic seconds."""
+    first = None
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        value = count_metric(url, name)
+        if value > 0 and first is None:
+            first = time.monotonic()
+        if value >= total:
+            return first or time.monotonic(), time.monotonic()
+        time.sleep(0.1)
+    raise RuntimeError(f"{name} stayed below {total} for {limit_s} s")
+
+
+def pop_ack_client(url: str, group: str, topic: str, stop_at: float, out: multiprocessing.Queue):
+    acked = 0
+    with httpx.Client(base_url=url, timeout=60) as http:
+        while time.monotonic() < stop_at:
+            body = {"max_messages": 100, "wait_ms": 200}
+            messages = http.post(f"/v1/groups/{group}/topics/{topic}/pop", json=body).json()
+            receipts = [m["receipt"] for m in messages.get("messages", [])]
+            if receipts:
+                http.post(f"/v1/groups/{group}/ack", json={"receipts": receipts}).raise_for_status()
+                acked += len(receipts)
+    out.put(acked)
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+
+def schedules(target: str, prefix: str, n: int, due_ms: int) -> Iterator[tuple[bytes, list]]:
+    """Buffer records keyed by their id: on the buffer partition of their shard (no re-keying)."""
+    for i in range(n):
+        sid = f"{prefix}-{i}".encode()
+        control = [("kpd-target", target.encode()), ("kpd-deliver-at", str(due_ms).encode())]
+        yield sid, [*control, ("kpd-id", sid)]
+
+
+def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path) -> dict:
+    namespace = f"bench-scale-{uuid.uuid4().hex[:6]}"
+    sidecar = Sidecar(bootstrap, home / f"w{workers}", namespace, "s", workers=str(workers))
+    sidecar.launch(timeout_s=300)
+    broker = broker_pid()
+    log = sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
+    result: dict = {"workers": workers}
+    try:
+        # Ingest: n far-future schedules keyed by id, on the buffer partition of their shard.
+        target = create_topic(admin, f"bench-scale-t-{uuid.uuid4().hex[:6]}")
+        buffer = sidecar.env["KPD_BUFFER_TOPIC"]
+        due = now_ms() + 3_600_000
+        cpu0, broker0 = sidecar.cpu(), cpu_s(broker)
+        produce_fast(bootstrap, buffer, schedules(target, "i", n, due))
+        first, last = wait_metric(sidecar.url, "kpd_schedules_scheduled_total", n, 600)
+        result["ingest"] = n / max(last - first, 1e-3)
+        result["ingest_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, n)
+        result["ingest_share"] = log_nodes(bootstrap, log, "scheduled", n, 120)
+        # Burst: n due at one instant, a few seconds ahead.
+        burst_due = now_ms() + int(n / 20_000 * 1000) + 8_000
+        produce_fast(bootstrap, buffer, schedules(target, "b", n, burst_due))
+        wait_metric(sidecar.url, "kpd_schedules_scheduled_total", 2 * n, 600)
+        cpu0, broker0 = sidecar.cpu(), cpu_s(broker)
+        _, done = wait_metric(sidecar.url, "kpd_schedules_delivered_total", n + 1, 600)
+        result["burst"] = n / max(done - (burst_due / 1000 - time.time() + time.monotonic()), 1e-3)
+        result["burst_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, n)
+        result["burst_share"] = log_nodes(bootstrap, log, "delivered", n, 120)
+        # Pop + ack at batch 100 from 4 client processes, over the shared port.
+        topic = create_topic(admin, f"bench-scale-p-{uuid.uuid4().hex[:6]}", SHARDS)
+        produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        httpx.post(f"{sidecar.url}/v1/groups/{group}/topics/{topic}/pop",
+                   json={"max_messages": 1, "wait_ms": 2000}, timeout=60)  # fmt: skip
+        cpu0, broker0 = sidecar.cpu(), cpu_s(broker)
+        started = time.monotonic()
+        out: multiprocessing.Queue = multiprocessing.Queue()
+        clients = [
+            multiprocessing.Process(
+                target=pop_ack_client, args=(sidecar.url, group, topic, started + 30, out)
+            )
+            for _ in range(4)
+        ]
+        for client in clients:
+            client.start()
+        acked = sum(out.get() for _ in clients)
+        for client in clients:
+            client.join()
+        result["pop"] = acked / (time.monotonic() - started)
+        result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, acked)
+        result["pop_share"] = log_nodes(bootstrap, log, "delivered", n + acked, 120)
+    finally:
+        sidecar.stop()
+    return result
+
+
+def _cpu_split(now: dict[int, float], before: dict[int, float], broker: float, n: int) -> str:
+    per_k = [(now[p] - before.get(p, 0.0)) * 1000 / n for p in sorted(now)]
+    kpd = " + ".join(f"{c:.2f}" for c in per_k)
+    return f"kpd {kpd} = {sum(per_k):.2f}, broker {broker * 1000 / n:.2f} core-s/1k"
+
+
+# -- failover --------------------------------------------------------------------------------
+
+
+def failover(bootstrap: str, admin: AdminClient, kills: int, home: Path) -> list[float]:
+    namespace = f"bench-fo-{uuid.uuid4().hex[:6]}"
+    nodes = [Sidecar(bootstrap, home / "fo", namespace, name, workers="1") for name in "ab"]
+    for node in nodes:
+        node.launch(timeout_s=300)
+    shards = ShardMap(SHARDS, SHARDS)
+    target = create_topic(admin, f"bench-fo-t-{uuid.uuid4().hex[:6]}")
+    buffer = nodes[0].env["KPD_BUFFER_TOPIC"]
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
+    reader = consumer(bootstrap, target)
+    results = []
+    try:
+        for kill in range(kills):
+            victim = nodes[kill % 2]
+            _wait(lambda: all(node.led() for node in nodes), 120)
+            lost = victim.led()
+            killed_at = now_ms()
+            victim.terminate(signal.SIGKILL)
+            # A schedule due every 10 ms from now on; the first delivery of one of the victim's
+            # shards, by the other sidecar, ends the failover.
+            first = _first_delivery(producer, reader, buffer, target, shards, lost, killed_at)
+            results.append((first - killed_at) / 1000)
+            victim.launch(timeout_s=300)
+    finally:
+        reader.close()
+        for node in nodes:
+            node.stop()
+    return results
+
+
+def _first_delivery(producer, reader, buffer, target, shards, lost, killed_at) -> int:
+    i = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        sid = f"fo-{killed_at}-{i}"
+        headers = [
+            ("kpd-target", target.encode()),
+            ("kpd-delay-ms", b"0"),
+            ("kpd-id", sid.encode()),
+        ]
+        producer.produce(buffer, b"x", sid.encode(), headers=headers)
+        producer.poll(0)
+        i += 1
+        for m in reader.consume(1000, 0.01):
+            if m.error() is not None:
+                continue
+            rid = dict(m.headers())["kpd-id"].decode()
+            if rid.startswith(f"fo-{killed_at}-") and shards.of_key(rid) in lost:
+                return m.timestamp()[1]
+    raise RuntimeError("the killed sidecar's shards never delivered again")
+
+
+def _wait(condition, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out")
+        time.sleep(0.1)
+
+
+# -- takeover against pop-state size -----------------------------------------------------------
+
+
+def takeover(bootstrap: str, admin: AdminClient, records: int, home: Path) -> tuple[float, float]:
+    """(seconds from kill to the standby's first pop, cold start of the first leader)."""
+    namespace = f"bench-to-{uuid.uuid4().hex[:6]}"
+    one = {"workers": "1", "shards": "1", "election_session_timeout_ms": "6000"}
+    a = Sidecar(bootstrap, home / f"to{records}", namespace, "a", **one)
+    a.env["KPD_SHARDS"] = "1"
+    history = create_topic(admin, f"{namespace}.pop-state")  # settled leases of long ago
+    _settled_history(bootstrap, history, records)
+    started = time.monotonic()
+    a.launch(timeout_s=900)
+    cold = time.monotonic() - started
+    topic = create_topic(admin, f"bench-to-p-{uuid.uuid4().hex[:6]}")
+    produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(1000)))
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    with httpx.Client(base_url=a.url, timeout=60) as http:
+        http.post(
+            f"/v1/groups/{group}/topics/{topic}/pop", json={"max_messages": 10, "wait_ms": 3000}
+        )
+    time.sleep(3)  # the leader commits its replay floor once a second
+    b = Sidecar(bootstrap, home / f"to{records}", namespace, "b", **one)
+    b.launch(timeout_s=900)
+    killed = time.monotonic()
+    a.terminate(signal.SIGKILL)
+    with httpx.Client(base_url=b.url, timeout=60) as http:
+        while True:
+            answer = http.post(f"/v1/groups/{group}/topics/{topic}/pop", json={"max_messages": 1})
+            if answer.status_code == 200 and answer.json()["messages"]:
+                break
+            time.sleep(0.02)
+    took = time.monotonic() - killed
+    b.stop()
+    return took, cold
+
+
+def _settled_history(bootstrap: str, topic: str, records: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for i in range(records):
+        checkpoint = CheckpointRecord("old", "t", 0, i + 1, (i,), (1,), 0, 0)
+        ack = AckRecord("old", "t", 0, i + 1, i, Outcome.ACKED, 0)
+        value = pack_batch([checkpoint.to_bytes(), ack.to_bytes()])
+        while True:
+            try:
+                producer.produce(topic, value, b"old/t/0")
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(300) == 0
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def run(bootstrap: str, args: argparse.Namespace) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    home = Path(tempfile.mkdtemp(prefix="kpd-bench-scale-"))
+    print(f"broker {bootstrap}; files in {home}; {os.cpu_count()} cores")
+    runs = [one_run(bootstrap, admin, w, args.n, home) for w in args.workers]
+    base = runs[0]
+    for r in runs:
+        print(f"\n== {r['workers']} worker(s), {SHARDS} shards")
+        for name in ("ingest", "burst", "pop"):
+            print(
+                f"{name:7s} {r[name]:>10,.0f}/s  x{r[name] / base[name]:.2f} of 1 worker  "
+                f"cpu {r[name + '_cpu']}  shares {dict(r[name + '_share'])}"
+            )
+    if args.kills:
+        times = failover(bootstrap, admin, args.kills, home)
+        print(
+            f"\nfailover after SIGKILL ({len(times)} kills, stock 6 s session): p50 "
+            f"{np.percentile(times, 50):.2f} s, max {max(times):.2f} s; all {times}"
+        )
+    for records in args.pop_state:
+        took, cold = takeover(bootstrap, admin, records, home)
+        print(
+            f"takeover with {records:,} pop-state records: {took:.2f} s to the standby's "
+            f"first pop (the first leader's cold start: {cold:.1f} s)"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
+    )
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument(
+        "--pop-state", type=lambda s: [int(x) for x in s.split(",")], default=[10_000, 1_000_000]
+    )
+    args = parser.parse_args()
+    home = ROOT / ".kpd" / "bench-kafka"
+    with broker_for_tests(os.environ, home) as bootstrap:
+        run(bootstrap, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Buffer topic in: each record becomes a schedule, a cancel, or an invalid copy with a reason.
+
+A schedule belongs to the shard of its id (`foundation.shards`), so a cancel or a second schedule
+with the same id meets it wherever it was produced. A valid record read from a buffer partition
+of another shard's id is re-keyed: copied as it is (with its id made explicit) to that shard's
+partition of the inbox topic, in the same transaction as the buffer offsets. The owning shard
+reads it there and alone decides: the first schedule of an id wins, a cancel always wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Message
+
+from delay_service.headers import (
+    ID,
+    TARGET,
+    CancelRequest,
+    InvalidRecord,
+    Limits,
+    ScheduleRequest,
+    parse,
+)
+from delay_service.schedules import Schedule, State
+from delay_service.step import Step
+from delay_service.writes import StepWrites
+from foundation.clock import now_ms
+from foundation.delivery_log import Event
+from foundation.shards import ShardMap
+from foundation.supervision import LoopHealth
+from foundation.topics import TopicCache
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the records of ids of other shards go: the inbox partition of their shard."""
+
+    shard: int
+    shards: ShardMap
+    inbox: str
+
+
+class Ingest:
+    def __init__(
+        self,
+        writes: StepWrites,
+        limits: Limits,
+        topics: TopicCache,
+        health: LoopHealth,
+        timers: tuple[Callable[[str, int], None], Callable[[str], None]],
+        route: Route,
+    ) -> None:
+        self._writes, self._limits, self._topics, self._health = writes, limits, topics, health
+        self._add_timer, self._remove_timer = timers  # the wheel's add(id, due) and remove(id)
+        self._route = route
+
+    def record(self, message: Message, step: Step) -> None:
+        self._health.handling(message.topic(), message.partition(), message.offset())
+        _, timestamp_ms = message.timestamp()
+        # Partition, offset and timestamp: unique even if the buffer topic is recreated.
+        default_id = f"b{message.partition()}-{message.offset()}-{timestamp_ms}"
+        try:
+            request = parse(
+                message.headers(),
+                message.key(),
+                message.value(),
+                timestamp_ms,
+                default_id,
+                self._limits,
+            )
+            if isinstance(request, ScheduleRequest) and not self._topics.exists(request.target):
+                raise InvalidRecord(f"{TARGET} {request.target!r} does not exist")
+        except InvalidRecord as error:
+            self._reject(message, default_id, str(error), step)
+            return
+        owner = self._route.shards.of_key(request.schedule_id)
+        if owner != self._route.shard:
+            self._forward(message, request.schedule_id, owner, step)
+        elif isinstance(request, CancelRequest):
+            self._cancel(request.schedule_id, step)
+        else:
+            self._schedule(request, message, timestamp_ms, step)
+
+    def _forward(self, message: Message, schedule_id: str, owner: int, step: Step) -> None:
+        headers = list(message.headers() or [])
+        if not any(name == ID for name, _ in headers):  # a default id names a buffer place
+            headers.append((ID, schedule_id.encode()))
+        # Key, value, headers and timestamp stay the producer's: they reach the target as sent,
+        # and a `kpd-delay-ms` counts from the same buffer timestamp.
+        step.txn.produce(
+            self._route.inbox, message.key(), message.value(), headers=headers,
+            partition=owner, timestamp=message.timestamp()[1],
+        )  # fmt: skip
+        step.forwarded += 1
+
+    def _schedule(
+        self, request: ScheduleRequest, message: Message, enqueued_ms: int, step: Step
+    ) -> None:
+        current = self._writes.lookup(step, request.schedule_id)
+        if current is not None:  # the same id twice schedules once
+            if current.state is State.CANCELLED and not current.target:
+                # Its cancel came first: record and say so again now that the target is known,
+                # so the audit books the cancel under the target it was meant for (once).
+                filled = Schedule(
+                    request.schedule_id, State.CANCELLED, request.target, request.due_ms,
+                    enqueued_ms=enqueued_ms, at_ms=current.at_ms, reason=current.reason,
+                )  # fmt: skip
+                self._writes.state(step, filled)
+                self._writes.log(
+                    step, Event.CANCELLED, request.schedule_id, request.target,
+                    due_ms=request.due_ms, at_ms=now_ms(), enqueued_ms=enqueued_ms,
+                    reason="cancelled before it was scheduled",
+                )  # fmt: skip
+            return
+        record = Schedule(
+            request.schedule_id,
+            State.SCHEDULED,
+            request.target,
+            request.due_ms,
+            message.key(),
+            message.value(),
+            request.headers,
+            enqueued_ms,
+        )
+        self._writes.state(step, record)
+        self._writes.log(
+            step,
+            Event.SCHEDULED,
+            record.schedule_id,
+            record.target,
+            due_ms=record.due_ms,
+            at_ms=now_ms(),
+            enqueued_ms=enqueued_ms,
+        )
+        step.scheduled += 1
+        self._add_timer(record.schedule_id, record.due_ms)
+
+    def _cancel(self, schedule_id: str, step: Step) -> None:
+        current = self._writes.lookup(step, schedule_id)
+        if current is not None and current.state is not State.SCHEDULED:
+            return  # delivered or cancelled already: nothing to undo
+        at = now_ms()
+        # A cancel that overtakes its schedule (other partition, or sent first) still wins.
+        record = (
+            current.settled(State.CANCELLED, at, "cancelled")
+            if current is not None
+            else Schedule(
+                schedule_id, State.CANCELLED, "", 0, at_ms=at,
+                reason="cancelled before it was scheduled",
+            )
+        )  # fmt: skip
+        self._writes.state(step, record)
+        self._writes.log(
+            step,
+            Event.CANCELLED,
+            schedule_id,
+            record.target,
+            due_ms=record.due_ms,
+            at_ms=at,
+            enqueued_ms=record.enqueued_ms or None,
+        )
+        self._remove_timer(schedule_id)
+        step.cancelled += 1
+
+    def _reject(self, message: Message, default_id: str, reason: str, step: Step) -> None:
+        headers = list(message.headers() or [])
+        target = next((v for k, v in headers if k == TARGET and v), b"")
+        self._writes.invalid(
+            step,
+            (message.topic(), message.partition(), message.offset()),
+            (message.key(), message.value(), headers),
+            reason,
+            record_id=default_id,
+            target=target.decode(errors="replace")[:249],
+            due_ms=None,
+            enqueued_ms=message.timestamp()[1],
+        )

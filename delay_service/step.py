@@ -1,0 +1,58 @@
+"""What one delay-leader step changes: its transaction, and what to apply once it commits."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from confluent_kafka import Producer
+
+from delay_service import metrics
+from delay_service.schedules import Schedule, ScheduleIndex
+from foundation.clock import now_ms
+from foundation.state_follower import stage_position
+from foundation.store import Batch, Store
+from foundation.transactions import Transaction
+
+
+class Step:
+    def __init__(self, producer: Producer, timeout_s: float) -> None:
+        self.txn = Transaction(producer, timeout_s)
+        self.records: dict[str, Schedule] = {}  # latest state per id, as this step leaves it
+        self.ordered: list[Schedule] = []
+        self.delivered_due_ms: list[int] = []  # due times of this step's deliveries
+        self.scheduled = self.cancelled = self.invalid = self.forwarded = 0
+        # (due, id) taken from the wheel: a redo puts them back.
+        self.taken: list[tuple[int, str]] = []
+        self.settled: set[Hashable] = set()  # verdicts of an earlier attempt this step settles
+        self._state_ends: dict[int, int] = {}  # schedules partition -> last offset written
+
+    @property
+    def txn_used(self) -> bool:
+        return self.txn.used
+
+    def put(self, record: Schedule) -> None:
+        self.records[record.schedule_id] = record
+        self.ordered.append(record)
+
+    def wrote_state(self, partition: int, offset: int) -> None:
+        self._state_ends[partition] = max(self._state_ends.get(partition, -1), offset)
+
+    def index_batch(self, store: Store, index: ScheduleIndex, schedules_topic: str) -> Batch:
+        """The RocksDB batch of this step's records, with the schedules positions they reach."""
+        batch = store.batch()
+        index.stage(batch, self.ordered)
+        # The index now holds these state records: a restart need not read them again.
+        for partition, last in self._state_ends.items():
+            stage_position(batch, schedules_topic, partition, last + 1)
+        return batch
+
+    def count(self) -> None:
+        """After the commit: lateness is measured when deliveries became visible, not when kpd
+        stamped them."""
+        visible = now_ms()
+        for due in self.delivered_due_ms:
+            metrics.LATENESS.observe((visible - due) / 1000)
+        metrics.DELIVERED.inc(len(self.delivered_due_ms))
+        metrics.SCHEDULED.inc(self.scheduled)
+        metrics.CANCELLED.inc(self.cancelled)
+        metrics.INVALID.inc(self.invalid)

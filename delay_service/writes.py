@@ -1,0 +1,71 @@
+"""How a delay step writes: state records, delivery-log events and invalid copies, one place each.
+
+Every write goes into the step's transaction (see `delay_service.step`). Settling a record as
+invalid (DESIGN: invalid buffer records) is one path for ingest and dispatch alike: a copy on the
+invalid topic with `kpd-error`, and an `invalid` event. If the invalid topic refused a full copy
+in an earlier attempt of the step, the copy is truncated to its headers (never nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+
+from delay_service.schedules import Schedule, ScheduleIndex
+from delay_service.step import Step
+from foundation.clock import now_ms
+from foundation.config import Settings
+from foundation.delivery_log import Event, log_record
+from foundation.record_size import Header, copy_limit, fitted
+
+ERROR = "kpd-error"
+TRUNCATED_COPY_BYTES = 4096  # headers kept on a copy the invalid topic refused in full
+
+Record = tuple[bytes | None, bytes | None, list[Header]]  # key, value, headers
+
+
+class StepWrites:
+    def __init__(
+        self, settings: Settings, index: ScheduleIndex, refused: dict[Hashable, str]
+    ) -> None:
+        self.index = index
+        self.schedules_topic = settings.state_topic("schedules")
+        self._log_topic = settings.delivery_log_topic
+        self._invalid_topic = settings.invalid_topic
+        self._node = settings.node_id
+        self._copy_limit = copy_limit(settings.max_record_bytes)
+        self.refused = refused  # verdicts of an aborted attempt, by record tag
+
+    def lookup(self, step: Step, schedule_id: str) -> Schedule | None:
+        return step.records.get(schedule_id) or self.index.get(schedule_id)
+
+    def state(self, step: Step, record: Schedule) -> None:
+        def written(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                step.wrote_state(message.partition(), message.offset())
+
+        encoded = record.encode()
+        step.txn.produce(self.schedules_topic, record.schedule_id, encoded, on_delivery=written)
+        step.put(record)
+
+    def log(self, step: Step, event: Event, record_id: str, target: str, **fields: Any) -> None:
+        value = log_record(event, record_id, target, node=self._node, **fields)
+        step.txn.produce(self._log_topic, record_id, value)
+
+    def invalid(self, step: Step, tag: Hashable, record: Record, reason: str, **event: Any) -> None:
+        """Settle one record as invalid: the copy with `kpd-error`, and its `invalid` event."""
+        key, value, headers = record
+        limit = self._copy_limit
+        refused_before = tag in self.refused
+        if refused_before:  # the invalid topic refused the full copy: keep what surely fits
+            step.settled.add(tag)
+            limit = min(limit, len(reason) + TRUNCATED_COPY_BYTES)
+        key, value, headers = fitted(key, value, headers, [(ERROR, reason.encode())], limit)
+        # A truncated copy refused too means the invalid topic itself is broken: that is an
+        # infrastructure fault (no tag), for the supervisor.
+        tag_now = None if refused_before else tag
+        step.txn.produce(self._invalid_topic, key, value, tag=tag_now, headers=headers)
+        self.log(step, Event.INVALID, at_ms=now_ms(), reason=reason, **event)
+        step.invalid += 1

@@ -1,0 +1,132 @@
+"""A `kpd run` child process with its own port, data dir and topic namespace.
+
+Tests and benchmarks run real sidecars side by side on one broker; a namespace gives each group
+of them its own buffer, log and state topics, so nothing leaks between runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from devtools.broker_for_tests import free_port
+
+
+def isolated_env(
+    bootstrap: str, node_id: str, data_dir: Path, namespace: str, **settings: str
+) -> dict[str, str]:
+    """The environment of a sidecar in `namespace`: no KPD_* of ours leaks in."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KPD_")},
+        "KPD_BOOTSTRAP": bootstrap,
+        "KPD_NODE_ID": node_id,
+        "KPD_HTTP_PORT": str(free_port()),
+        "KPD_DATA_DIR": str(data_dir),
+        "KPD_STATE_TOPIC_PREFIX": f"{namespace}.",
+        "KPD_BUFFER_TOPIC": f"{namespace}.delay",
+        "KPD_INVALID_TOPIC": f"{namespace}.invalid",
+        "KPD_DELIVERY_LOG_TOPIC": f"{namespace}.delivery-log",
+        # Two shards: every test crosses shards (re-keyed schedules, lanes on both), cheaply;
+        # one worker, as the tests name nodes (several workers are tested on purpose).
+        "KPD_SHARDS": "2",
+        "KPD_WORKERS": "1",
+        **{f"KPD_{name.upper()}": value for name, value in settings.items()},
+    }
+
+
+class SidecarProcess:
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.port = int(env["KPD_HTTP_PORT"])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = Path(env["KPD_DATA_DIR"])
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sidecar.cli", "run"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.log_path.parent,  # no kpd.toml there: settings come from env only
+                # Its own process group: a signal reaches the supervisor and its workers alike,
+                # so SIGSTOP pauses the whole sidecar (a zombie) and SIGKILL crashes all of it.
+                start_new_session=True,
+            )
+
+    def is_ready(self) -> bool:
+        """True once /readyz answers 200; RuntimeError if the process has exited."""
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"sidecar exited with {self.process.returncode}:\n{self.log()}")
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
+        return False
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Block until ready; the seconds it took."""
+        started = time.monotonic()
+        while not self.is_ready():
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"sidecar not ready after {timeout_s} s:\n{self.log()}")
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def launch(self, timeout_s: float) -> float:
+        """Spawn and wait until ready; the seconds it took."""
+        self.spawn()
+        return self.wait_ready(timeout_s)
+
+    def stop(self) -> None:
+        """SIGTERM if still running, and wait for the exit."""
+        if self.running():
+            self.terminate(signal.SIGTERM, 60)
+
+    def terminate(self, sig: signal.Signals = signal.SIGTERM, timeout_s: float = 60) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.signal(sig)
+        return self.process.wait(timeout=timeout_s)
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send `sig` to the supervisor and its workers (SIGTERM: the supervisor stops them)."""
+        assert self.process is not None
+        if sig in (signal.SIGTERM, signal.SIGINT):
+            self.process.send_signal(sig)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+    def worker_pids(self) -> list[int]:
+        assert self.process is not None
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [int(child) for child in children]
+
+    def rss_mb(self) -> float:
+        """Resident memory of the supervisor and its workers together."""
+        assert self.process is not None
+        return sum(_rss_kb(pid) for pid in [self.process.pid, *self.worker_pids()]) / 1024
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")

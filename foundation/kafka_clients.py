@@ -1,0 +1,86 @@
+"""librdkafka settings shared by every client kpd makes, so they are chosen in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from foundation.config import Settings
+from foundation.record_size import message_limit
+
+REBOOTSTRAP_AFTER_MS = 10_000
+DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's default, below Kafka's default topic limit
+
+
+def base_config(settings: Settings) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": settings.bootstrap,
+        "client.id": f"kpd-{settings.node_id}",
+        # librdkafka logs connection errors itself; the probe reports reachability instead.
+        "log_level": 3,
+        # After a broker outage a client that keeps failing on metadata re-resolves the bootstrap
+        # list; librdkafka waits 5 minutes by default, which left sidecars unready that long.
+        "metadata.recovery.rebootstrap.trigger.ms": REBOOTSTRAP_AFTER_MS,
+    }
+
+
+def producer_config(settings: Settings) -> dict[str, Any]:
+    """Every kpd producer can write whatever kpd accepted (see foundation.record_size), and never
+    batches past a topic's `max.message.bytes`, which the broker applies to whole batches: not
+    kpd's own topics' (the accepted size plus the envelope), nor the broker default (1 MB)."""
+    limit = message_limit(settings.max_record_bytes)
+    return {
+        **base_config(settings),
+        "message.max.bytes": limit,
+        "batch.size": min(DEFAULT_BATCH_BYTES, limit),
+    }
+
+
+# Consumers prefetch up to this much per partition (librdkafka's default is 64 MB); kpd consumes
+# in small steps, so a few MB keep it fed while memory stays flat as topics grow.
+PREFETCH_KBYTES = 8_192
+
+
+def admin_client(settings: Settings) -> AdminClient:
+    return AdminClient(base_config(settings))
+
+
+def transactional_producer(producer_config: dict[str, Any], transactional_id: str) -> Producer:
+    """The leader's writer: one fixed id per role, so a new leader fences the old one."""
+    return Producer(
+        {
+            **producer_config,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 30_000,
+            "linger.ms": 1,
+            "queue.buffering.max.messages": 1_000_000,
+            # A step's records are sent and committed before the next; a small local queue
+            # bounds memory without slowing that down (librdkafka's default allows 1 GB).
+            "queue.buffering.max.kbytes": 65_536,
+            # Java clients' partitioner, so a record kpd writes for a key lands where the
+            # producer's own record with that key would have.
+            "partitioner": "murmur2_random",
+            # A transaction begun right after the previous commit is often answered
+            # CONCURRENT_TRANSACTIONS while the broker writes the markers; the default 100 ms
+            # retry backoff then added ~100 ms to every step (measured in bench/pop.py).
+            "retry.backoff.ms": 5,
+            "retry.backoff.max.ms": 100,
+        }
+    )
+
+
+def state_consumer(client_config: dict[str, Any], group_id: str, **overrides: Any) -> Consumer:
+    """A consumer of committed data only, positioned by kpd (assign), never auto-committing."""
+    return Consumer(
+        {
+            **client_config,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",  # aborted writes of a fenced leader stay unseen
+            "auto.offset.reset": "earliest",
+            "queued.max.messages.kbytes": PREFETCH_KBYTES,
+            **overrides,
+        }
+    )

@@ -1,0 +1,35 @@
+"""Prometheus metrics shared by the whole process (one default registry, served at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+# Several worker processes share one /metrics (prometheus_client's multiprocess mode): gauges
+# say how their values combine across the live workers.
+KAFKA_REACHABLE = Gauge(
+    "kpd_kafka_reachable", "1 when the last metadata probe answered", multiprocess_mode="livemin"
+)
+IS_LEADER = Gauge("kpd_leader", "1 while this sidecar leads a shard", multiprocess_mode="livemax")
+# Supervised loops (delay and pop roles, per shard): restarts and stalls.
+LEADER_RESTARTS = Counter(
+    "kpd_leader_restarts_total",
+    "Leader roles restarted after a failure, by role, shard and reason",
+    ["role", "shard", "reason"],
+)
+LOOP_STALLED = Gauge(
+    "kpd_loop_stalled_seconds",
+    "How long a supervised loop's current step has run past its stall bound (0: progressing)",
+    ["role", "shard"],
+    multiprocess_mode="livemax",
+)
+SHARD_LEADER = Gauge(
+    "kpd_shard_leader",
+    "1 for each shard this sidecar leads",
+    ["shard"],
+    multiprocess_mode="livemax",
+)
+CLOCK_OFFSET = Gauge(
+    "kpd_clock_offset_ms",
+    "This node's wall clock minus the broker's, from the LogAppendTime of its own writes",
+    multiprocess_mode="livemax",
+)

@@ -1,0 +1,87 @@
+"""Shards: how kpd's work is split among sidecars (DESIGN principle 2).
+
+A shard owns the partitions `p` with `p % shards == s` of each of kpd's state topics, and every
+key that lands there: a schedule id, a pop lane (group, source topic, partition). Keys land where
+Kafka's own (Java) partitioner puts them, murmur2 of the key modulo the partition count, so a
+record kpd writes for a key is in the partition its shard reads, whoever wrote it, and a
+deployment made before shards existed (one election partition, any number of state partitions)
+is a valid one-shard deployment. New deployments create every state topic with one partition per
+shard, so there shard(key) is simply partition(key).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as an unsigned 32 bits."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    end = length - length % 4
+    for i in range(0, end, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    rest = length % 4
+    if rest == 3:
+        h ^= data[end + 2] << 16
+    if rest >= 2:
+        h ^= data[end + 1] << 8
+    if rest >= 1:
+        h ^= data[end]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a keyed record."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class ShardMap:
+    """Which shard a key or a state-topic partition belongs to."""
+
+    def __init__(self, shards: int, state_partitions: int) -> None:
+        if shards < 1 or state_partitions < shards:
+            raise ValueError(
+                f"{shards} shards need at least as many partitions, not {state_partitions}"
+            )
+        self.shards, self.state_partitions = shards, state_partitions
+
+    def of_partition(self, partition: int) -> int:
+        return partition % self.shards
+
+    def partitions(self, shard: int, partitions: int | None = None) -> list[int]:
+        """The partitions of a topic of `partitions` (default: a state topic's) shard owns."""
+        count = self.state_partitions if partitions is None else partitions
+        return [p for p in range(count) if p % self.shards == shard]
+
+    def partition_of_key(self, key: str) -> int:
+        """The state-topic partition of `key` (where Kafka puts a record keyed by it)."""
+        return _cached_partition(key, self.state_partitions)
+
+    def of_key(self, key: str) -> int:
+        return self.of_partition(self.partition_of_key(key))
+
+    def of_lane(self, group: str, topic: str, partition: int) -> int:
+        """The shard that serves one partition of a popped (or retry) topic for one group."""
+        return self.of_key(lane_key(group, topic, partition))
+
+
+def lane_key(group: str, topic: str, partition: int) -> str:
+    return f"{group}/{topic}/{partition}"
+
+
+@lru_cache(maxsize=65_536)
+def _cached_partition(key: str, partitions: int) -> int:
+    return partition_of(key.encode(), partitions)

@@ -1,0 +1,120 @@
+"""Materialise kpd's state topics into RocksDB (faust-style changelog -> table).
+
+Every sidecar runs this while it is not the leader, so a standby's index stays hot; a new leader
+runs `catch_up()` once, after fencing the old one, so it starts from everything the old leader
+committed. Reads are `read_committed`: aborted writes of a crashed leader never reach the index.
+The next offset per partition is stored in the same RocksDB batch as the state it produced, so a
+restart resumes exactly where the index stands.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+
+from foundation.kafka_clients import state_consumer
+from foundation.store import Batch, Store
+
+log = structlog.get_logger(__name__)
+
+OFFSETS_CF = "offsets"
+Applier = Callable[[Batch, Sequence[Message]], None]
+
+
+class StateFollower:
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        store: Store,
+        appliers: dict[str, Applier],
+        only: Callable[[str, int], bool] = lambda topic, partition: True,
+    ) -> None:
+        self._store = store
+        self._appliers = appliers
+        self.only = only  # which (topic, partition) to follow: a shard's, or those not led here
+        self._consumer = state_consumer(
+            client_config, "kpd-state-follower"
+        )  # assigned, never joins
+        self._assignment: list[TopicPartition] = []
+        self.caught_up = False
+
+    def assign(self) -> None:
+        """Assign every partition of the state topics, from the offsets stored in RocksDB."""
+        metadata = self._consumer.list_topics(timeout=10)
+        self._assignment = [
+            TopicPartition(topic, partition, self._stored_offset(topic, partition))
+            for topic in self._appliers
+            for partition in sorted(metadata.topics[topic].partitions)
+            if self.only(topic, partition)
+        ]
+        self._consumer.assign(self._assignment)
+
+    def poll_once(self, timeout_s: float) -> int:
+        """Apply what arrives within `timeout_s`; return how many records were applied."""
+        messages = self._consumer.consume(num_messages=2000, timeout=timeout_s)
+        records = [m for m in messages if m.error() is None]
+        batch = self._store.batch()
+        by_topic: dict[str, list[Message]] = {}
+        for message in records:
+            by_topic.setdefault(message.topic(), []).append(message)
+        for topic, topic_messages in by_topic.items():
+            self._appliers[topic](batch, topic_messages)
+        for tp in self._consumer.position(self._assignment):
+            if tp.offset >= 0:
+                stage_position(batch, tp.topic, tp.partition, tp.offset)
+        self._store.write(batch)
+        return len(records)
+
+    def catch_up(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
+        """Return once every partition is read up to its end (as of now); `beat` per poll."""
+        deadline = time.monotonic() + timeout_s
+        ends = {(tp.topic, tp.partition): self._end(tp, deadline) for tp in self._assignment}
+        # Until its first fetch a partition's position is invalid (< 0): start from the offset
+        # it was assigned at (0 for "from the beginning").
+        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in self._assignment}
+        while True:
+            self.poll_once(0.05)
+            beat()
+            positions = self._consumer.position(self._assignment)
+            behind = [
+                tp
+                for tp in positions
+                if max(tp.offset, start[(tp.topic, tp.partition)]) < ends[(tp.topic, tp.partition)]
+            ]
+            if not behind:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"state topics not caught up: {behind}")
+        if not self.caught_up:
+            log.info("state caught up", partitions=len(self._assignment))
+        self.caught_up = True
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _end(self, tp: TopicPartition, deadline: float) -> int:
+        """The partition's end; a partition just created answers "not leader" for a moment."""
+        while True:
+            try:
+                return int(self._consumer.get_watermark_offsets(tp, timeout=10)[1])
+            except KafkaException as error:
+                if not error.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _stored_offset(self, topic: str, partition: int) -> int:
+        data = self._store.get(OFFSETS_CF, _offset_key(topic, partition))
+        return OFFSET_BEGINNING if data is None else int.from_bytes(data, "big")
+
+
+def _offset_key(topic: str, partition: int) -> bytes:
+    return f"{topic}:{partition}".encode()
+
+
+def stage_position(batch: Batch, topic: str, partition: int, next_offset: int) -> None:
+    """Record that the index holds everything of `topic`/`partition` before `next_offset`."""
+    batch.put(OFFSETS_CF, _offset_key(topic, partition), next_offset.to_bytes(8, "big"))

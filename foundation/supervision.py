@@ -1,0 +1,223 @@
+"""Supervised loops (DESIGN principle 7: no silent stall).
+
+Every loop that must make progress owns a `LoopHealth` and calls `beat()` at least once per step
+(long operations inside a step beat as they go). A `Supervisor` runs one role (the delay or pop
+leader of a shard) in its own thread and restarts it after a failure, with a backoff, counting
+the restart in `kpd_leader_restarts_total{role,shard,reason}`. The `Watchdog` notices a loop that
+has gone quiet: past `report_after_s` it shows in `kpd_loop_stalled_seconds` and on /readyz; past
+`give_up_after_s` it calls `on_stall`, which makes the sidecar give up its leadership and exit:
+a librdkafka call that ignores its timeout (librdkafka #5456, `send_offsets_to_transaction`)
+cannot be interrupted, and only a fresh process frees what it holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+from confluent_kafka import KafkaException
+
+from foundation.metrics import LEADER_RESTARTS, LOOP_STALLED
+
+log = structlog.get_logger(__name__)
+
+# A role that fails more often than this is "crash-looping" and says so on /readyz.
+CRASH_LOOP_RESTARTS = 3
+CRASH_LOOP_WINDOW_S = 60.0
+BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+HEALTHY_AFTER_S = 30.0  # a role that ran this long without failing starts its backoff afresh
+
+
+class LoopHealth:
+    """Liveness of one loop: when it last made progress, and what record it was handling."""
+
+    def __init__(self, role: str, shard: int) -> None:
+        self.role, self.shard = role, shard
+        self.last_beat = time.monotonic()
+        self.current: str | None = None  # "topic/partition@offset" of the record in hand, for logs
+        self.running = False  # beats are expected only while the loop runs
+        self.restarts: deque[float] = deque(maxlen=CRASH_LOOP_RESTARTS + 1)
+        self.last_failure: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}[{self.shard}]"
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def handling(self, topic: str, partition: int, offset: int) -> None:
+        self.current = f"{topic}/{partition}@{offset}"
+
+    def quiet_s(self, now: float) -> float:
+        return now - self.last_beat if self.running else 0.0
+
+    def crash_looping(self, now: float) -> bool:
+        recent = [t for t in self.restarts if now - t < CRASH_LOOP_WINDOW_S]
+        return len(recent) > CRASH_LOOP_RESTARTS
+
+
+class Role(Protocol):
+    """A leader role: `start` fences and catches up, `step` does a bounded amount of work."""
+
+    def start(self) -> None: ...
+
+    def step(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def failure_reason(error: BaseException) -> str:
+    """A short, bounded label for the metric: the Kafka error name, else the exception type."""
+    if isinstance(error, KafkaException) and error.args:
+        name = getattr(error.args[0], "name", None)
+        if callable(name):
+            return str(name()).lstrip("_").lower()
+    return type(error).__name__
+
+
+class Supervisor:
+    """Runs `make(health)`'s role in a thread until `stop()`; restarts it after any failure."""
+
+    def __init__(self, health: LoopHealth, make: Callable[[LoopHealth], Role]) -> None:
+        self.health = health
+        self._make = make
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=health.name, daemon=True)
+        self.role: Role | None = None  # the running instance, once started
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> bool:
+        """Ask the role to stop after its step; False if it did not end within `timeout_s`."""
+        self._stop.set()
+        self._thread.join(timeout=timeout_s)
+        return not self._thread.is_alive()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            health = self.health
+            health.running, health.current = True, None
+            health.beat()
+            started = time.monotonic()
+            role: Role | None = None
+            try:
+                role = self._make(health)
+                role.start()
+                self.role = role
+                while not self._stop.is_set():
+                    health.beat()
+                    role.step()
+            except Exception as error:
+                attempt = 0 if time.monotonic() - started > HEALTHY_AFTER_S else attempt
+                self._failed(error)
+                attempt += 1
+            finally:
+                self.role = None
+                if role is not None:
+                    _close_quietly(role, health)
+                health.running = False
+            if not self._stop.is_set() and attempt:
+                self._stop.wait(BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1])
+
+    def _failed(self, error: Exception) -> None:
+        health = self.health
+        reason = failure_reason(error)
+        health.restarts.append(time.monotonic())
+        health.last_failure = f"{reason}: {error}"[:500]
+        LEADER_RESTARTS.labels(health.role, str(health.shard), reason).inc()
+        log.exception(
+            "role failed; restarting it", role=health.role, shard=health.shard,
+            reason=reason, record=health.current,
+        )  # fmt: skip
+
+
+def _close_quietly(role: Role, health: LoopHealth) -> None:
+    health.beat()  # closing is part of the loop: the watchdog sees it if it hangs
+    try:
+        role.close()
+    except Exception:
+        log.exception("closing a role failed", role=health.role, shard=health.shard)
+
+
+class Watchdog:
+    """Watches every registered loop; see the module docstring."""
+
+    def __init__(
+        self,
+        report_after_s: float,
+        give_up_after_s: float,
+        on_stall: Callable[[LoopHealth], None],
+        interval_s: float = 0.25,
+    ) -> None:
+        self.report_after_s, self.give_up_after_s = report_after_s, give_up_after_s
+        self._on_stall = on_stall
+        self._interval_s = interval_s
+        self._loops: list[LoopHealth] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
+        self._gave_up = False
+
+    def watch(self, health: LoopHealth) -> LoopHealth:
+        with self._lock:
+            self._loops.append(health)
+        return health
+
+    def forget(self, health: LoopHealth) -> None:
+        with self._lock:
+            if health in self._loops:
+                self._loops.remove(health)
+        LOOP_STALLED.labels(health.role, str(health.shard)).set(0)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def problems(self) -> list[str]:
+        """Stalled and crash-looping loops, for /readyz."""
+        now = time.monotonic()
+        found = []
+        with self._lock:
+            loops = list(self._loops)
+        for health in loops:
+            quiet = health.quiet_s(now)
+            if quiet > self.report_after_s:
+                at = f" at {health.current}" if health.current else ""
+                found.append(f"{health.name} stalled for {quiet:.1f} s{at}")
+            if health.crash_looping(now):
+                found.append(
+                    f"{health.name} restarted {len(health.restarts)} times within "
+                    f"{CRASH_LOOP_WINDOW_S:.0f} s; last: {health.last_failure}"
+                )
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            now = time.monotonic()
+            with self._lock:
+                loops = list(self._loops)
+            for health in loops:
+                quiet = health.quiet_s(now)
+                stalled = max(0.0, quiet - self.report_after_s)
+                LOOP_STALLED.labels(health.role, str(health.shard)).set(round(stalled, 3))
+                if quiet > self.give_up_after_s and not self._gave_up:
+                    self._gave_up = True
+                    log.error(
+                        "loop stalled past its bound; giving up", loop=health.name,
+                        quiet_s=round(quiet, 1), record=health.current,
+                    )  # fmt: skip
+                    self._on_stall(health)

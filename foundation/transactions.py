@@ -1,0 +1,175 @@
+"""One Kafka transaction per leader step, and which of its records the broker refused.
+
+A leader step writes everything it changes in one transaction (DESIGN principle 2). When the
+broker refuses one record for what it is (too large for its topic, a topic that may not be written
+or does not exist) that is a *verdict* on that record: the caller aborts, settles the record with
+the reason and redoes the step without it (DESIGN principle 6). A purge (`_PURGE_QUEUE`,
+`_PURGE_INFLIGHT`) is only what an abort does to the records still queued, never a verdict, so
+innocent neighbours are never blamed. Anything else (timeouts, fencing, a broker away) is an
+infrastructure fault: it propagates, and the supervisor restarts the role from Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from foundation.record_size import record_bytes
+
+VERDICTS = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_MSG_SIZE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.POLICY_VIOLATION,
+    }
+)
+PURGES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+
+
+SIZE_VERDICTS = frozenset(
+    {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG_SIZE}
+)
+RECORD_FRAMING_BYTES = 100  # a record's share of its batch: batch header, varints, attributes
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    topic: str
+    code: int
+    size: int  # key + value + headers of the refused record
+
+
+class RecordsRefused(Exception):
+    """The broker (or the client) refused these tagged records; the transaction was aborted."""
+
+    def __init__(self, refused: dict[Hashable, Refusal]) -> None:
+        reasons = [r.reason for r in refused.values()][:3]
+        super().__init__(f"{len(refused)} record(s) refused: {reasons}")
+        self.refused = refused
+
+    def judge(
+        self, topic_limit: Callable[[str], int], batch_bytes: int
+    ) -> tuple[dict[Hashable, str], int | None]:
+        """(records to blame, with why; a smaller batch size if batches were the trouble).
+
+        The broker applies `max.message.bytes` to a whole batch, so a size refusal also hits
+        innocent records sent with the culprit: only records bigger than the topic's limit
+        (asked of `topic_limit`) are to blame. If none is, the batch was too big: the caller
+        sends smaller batches. Any other refusal (not allowed, no such topic) blames each
+        record it names.
+        """
+        blamed = {t: r.reason for t, r in self.refused.items() if r.code not in SIZE_VERDICTS}
+        by_topic: dict[str, list[tuple[Hashable, Refusal]]] = {}
+        for tag, refusal in self.refused.items():
+            if refusal.code in SIZE_VERDICTS:
+                by_topic.setdefault(refusal.topic, []).append((tag, refusal))
+        smaller: int | None = None
+        for topic, refused in by_topic.items():
+            limit = topic_limit(topic)
+            over = [(t, r) for t, r in refused if r.size + RECORD_FRAMING_BYTES > limit]
+            if not over and batch_bytes + RECORD_FRAMING_BYTES > limit:
+                smaller = min(smaller or limit, limit - RECORD_FRAMING_BYTES)
+                continue
+            # Nothing else explains the refusal: the largest record is the one to settle.
+            for tag, refusal in over or [max(refused, key=lambda item: item[1].size)]:
+                blamed[tag] = f"{refusal.reason} (record of {refusal.size} bytes, limit {limit})"
+        return blamed, smaller
+
+
+class Transaction:
+    """Records of one step: begun on the first write, so an idle step costs no round trip."""
+
+    def __init__(self, producer: Producer, timeout_s: float) -> None:
+        self._producer = producer
+        self._timeout_s = timeout_s
+        self.open = False
+        self.used = False  # a transaction was begun (and, unless it raised, committed)
+        self.refused: dict[Hashable, Refusal] = {}  # tag -> why the broker refused that record
+        self._failure: KafkaError | None = None  # an untagged record failed: infrastructure
+
+    def begin(self) -> None:
+        if not self.open:
+            self._producer.begin_transaction()
+            self.open = self.used = True
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | str | None,
+        value: bytes | None,
+        tag: Hashable | None = None,
+        **kw: Any,
+    ) -> None:
+        """Queue one record. With a `tag`, a refusal raises `RecordsRefused({tag: reason})` at
+        once (client-side checks) or at `commit` (the broker's answer); without one, any error
+        is an infrastructure fault."""
+        self.begin()
+        kw["on_delivery"] = self._tracker(tag, kw.get("on_delivery"))
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, **kw)
+                return
+            except BufferError:  # the local queue is full: let librdkafka send some first
+                self._producer.poll(0.01)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if tag is None or error.code() not in VERDICTS:
+                    raise
+                size = record_bytes(key if isinstance(key, bytes) else None, value, [])
+                refusal = Refusal(_reason(topic, error), topic, error.code(), size)
+                raise RecordsRefused({tag: refusal}) from None
+
+    def send_offsets(self, offsets: list[Any], group_metadata: Any) -> None:
+        self.begin()
+        self._producer.send_offsets_to_transaction(offsets, group_metadata, self._timeout_s)
+
+    def commit(self) -> None:
+        """Commit; `RecordsRefused` (after aborting) if the broker refused tagged records."""
+        if not self.open:
+            return
+        self._producer.flush(self._timeout_s)  # every delivery report of this step is in
+        if self.refused:
+            self.abort()
+            raise RecordsRefused(dict(self.refused))
+        if self._failure is not None:
+            raise KafkaException(self._failure)
+        try:
+            self._producer.commit_transaction(self._timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].txn_requires_abort():
+                self.abort()
+            raise
+        self.open = False
+
+    def abort(self) -> None:
+        self._producer.abort_transaction(self._timeout_s)
+        self.open = False
+
+    def _tracker(self, tag: Hashable | None, then: Any) -> Any:
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is not None and error.code() not in PURGES:
+                if tag is not None and error.code() in VERDICTS:
+                    topic = message.topic()
+                    size = record_bytes(message.key(), message.value(), message.headers() or [])
+                    self.refused[tag] = Refusal(_reason(topic, error), topic, error.code(), size)
+                elif self._failure is None:
+                    self._failure = error
+            if then is not None:
+                then(error, message)
+
+        return delivered
+
+
+def _reason(topic: str, error: KafkaError) -> str:
+    return f"cannot write to {topic!r}: {error.str()}"

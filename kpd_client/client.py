@@ -1,0 +1,321 @@
+"""Python client for kpd's HTTP API (httpx), sync and async, with a worker loop.
+
+    from kpd_client import KpdClient
+
+    with KpdClient("http://127.0.0.1:8080", token=None) as kpd:
+        kpd.produce("orders", [{"value": "hello", "delay_ms": 5000}])
+        for message in kpd.pop("workers", "orders", max_messages=10, wait_ms=20_000):
+            ...
+            kpd.ack("workers", [message.receipt])
+
+`run_worker(client, group, topic, handler)` pops, calls `handler(message)`, acks on success,
+nacks on an exception, and extends the lease in the background while a handler runs long.
+
+While leadership moves, kpd answers 503 with a `Retry-After` header; calls wait that long and try
+again (with stamina) until `retry_deadline_s` (default 15 s) has passed, then raise `KpdError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import stamina
+
+from kpd_client.retry import RETRY_DEADLINE_S, KpdError, retry_after_s, retry_while_moving
+
+
+@dataclass(frozen=True)
+class PoppedMessage:
+    receipt: str
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    value: bytes | None
+    headers: dict[str, str]
+    timestamp_ms: int
+    delivery_count: int
+    invisible_until_ms: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PoppedMessage:
+        if data.get("value_b64") is not None:
+            value: bytes | None = base64.b64decode(data["value_b64"])
+        else:
+            value = None if data.get("value") is None else str(data["value"]).encode()
+        return cls(
+            data["receipt"],
+            data["topic"],
+            data["partition"],
+            data["offset"],
+            data.get("key"),
+            value,
+            data.get("headers") or {},
+            data["timestamp_ms"],
+            data["delivery_count"],
+            data["invisible_until_ms"],
+        )
+
+
+def _checked(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        try:
+            problem = response.json()
+        except ValueError:
+            problem = {"code": "http_error", "detail": response.text[:500]}
+        retry_after = retry_after_s(response.headers.get("retry-after"))
+        raise KpdError(response.status_code, problem, retry_after)
+    return None if response.status_code == 204 else response.json()
+
+
+Call = tuple[str, str, dict[str, Any] | None, float | None]  # method, path, body, timeout
+
+
+class _Calls:
+    """Request shapes shared by the sync and async clients."""
+
+    @staticmethod
+    def pop(
+        group: str, topic: str, max_messages: int, invisible_ms: int | None, wait_ms: int
+    ) -> Call:
+        body: dict[str, Any] = {"max_messages": max_messages, "wait_ms": wait_ms}
+        if invisible_ms is not None:
+            body["invisible_ms"] = invisible_ms
+        return "POST", f"/v1/groups/{group}/topics/{topic}/pop", body, wait_ms / 1000 + 60
+
+    @staticmethod
+    def settle(group: str, call: str, receipts: Iterable[str], **item: Any) -> Call:
+        """ack (receipts), nack (delay_ms), leases (invisible_ms), reject (reason)."""
+        body = (
+            {"receipts": list(receipts)}
+            if call == "ack"
+            else {"items": [{"receipt": r, **item} for r in receipts]}
+        )
+        return "POST", f"/v1/groups/{group}/{call}", body, None
+
+
+# The backoff hook alone decides when to stop (it knows each call's deadline).
+_RETRYING = stamina.RetryingCaller(attempts=None, timeout=None)
+_ASYNC_RETRYING = stamina.AsyncRetryingCaller(attempts=None, timeout=None)
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _messages(data: dict[str, Any]) -> list[PoppedMessage]:
+    return [PoppedMessage.from_json(m) for m in data["messages"]]
+
+
+class _Client:
+    """What the sync and async clients share: settings, and the retry policy of one call."""
+
+    _http_class: type[httpx.Client] | type[httpx.AsyncClient]
+
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        token: str | None = None,
+        timeout_s: float = 60,
+        retry_deadline_s: float = RETRY_DEADLINE_S,
+    ) -> None:
+        """`base_url`: one sidecar, or several: calls then go to each in turn (any sidecar
+        answers any call, so pops spread over them), skipping one that cannot be reached.
+        `retry_deadline_s`: how long a call keeps retrying while leadership moves (0: never)."""
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self._urls = [url.rstrip("/") for url in urls]
+        if not self._urls:
+            raise ValueError("give at least one sidecar URL")
+        self._turn = itertools.count()
+        self._http: Any = self._http_class(headers=_headers(token), timeout=timeout_s)
+        self._retry_deadline_s = retry_deadline_s
+
+    def _backoff(self) -> Callable[[Exception], bool | float]:
+        return retry_while_moving(time.monotonic() + self._retry_deadline_s)
+
+    def _in_turn(self) -> list[str]:
+        """The sidecars, starting with the next one in turn."""
+        start = next(self._turn) % len(self._urls)
+        return self._urls[start:] + self._urls[:start]
+
+
+class KpdClient(_Client):
+    """Synchronous client; httpx.Client is thread-safe, so one can serve many threads."""
+
+    _http_class = httpx.Client
+
+    def __enter__(self) -> KpdClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._http.close()
+
+    def _call(self, call: Call) -> Any:
+        return _RETRYING(self._backoff(), self._once, call)
+
+    def _once(self, call: Call) -> Any:
+        method, path, body, timeout = call
+        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        urls = self._in_turn()
+        for url in urls[:-1]:
+            try:
+                return _checked(self._http.request(method, url + path, json=body, **kwargs))
+            except httpx.ConnectError:  # that sidecar is down: the next one answers as well
+                continue
+        return _checked(self._http.request(method, urls[-1] + path, json=body, **kwargs))
+
+    def produce(self, topic: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        call = ("POST", f"/v1/topics/{topic}/messages", {"messages": messages}, None)
+        return list(self._call(call)["results"])
+
+    def schedule(self, schedule_id: str) -> dict[str, Any]:
+        return dict(self._call(("GET", f"/v1/schedules/{schedule_id}", None, None)))
+
+    def cancel(self, schedule_id: str) -> None:
+        self._call(("DELETE", f"/v1/schedules/{schedule_id}", None, None))
+
+    def group(self, group: str) -> dict[str, Any]:
+        return dict(self._call(("GET", f"/v1/groups/{group}", None, None)))
+
+    def pop(
+        self,
+        group: str,
+        topic: str,
+        max_messages: int = 10,
+        invisible_ms: int | None = None,
+        wait_ms: int = 0,
+    ) -> list[PoppedMessage]:
+        return _messages(self._call(_Calls.pop(group, topic, max_messages, invisible_ms, wait_ms)))
+
+    def ack(self, group: str, receipts: Iterable[str]) -> list[dict[str, Any]]:
+        return list(self._call(_Calls.settle(group, "ack", receipts))["results"])
+
+    def nack(
+        self,
+        group: str,
+        receipts: Iterable[str],
+        delay_ms: int | None = None,
+    ) -> list[dict[str, Any]]:
+        return list(
+            self._call(_Calls.settle(group, "nack", receipts, delay_ms=delay_ms))["results"]
+        )
+
+    def extend(
+        self,
+        group: str,
+        receipts: Iterable[str],
+        invisible_ms: int,
+    ) -> list[dict[str, Any]]:
+        call = _Calls.settle(group, "leases", receipts, invisible_ms=invisible_ms)
+        return list(self._call(call)["results"])
+
+    def reject(
+        self,
+        group: str,
+        receipts: Iterable[str],
+        reason: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return list(self._call(_Calls.settle(group, "reject", receipts, reason=reason))["results"])
+
+
+class AsyncKpdClient(_Client):
+    """Asynchronous client for workers on asyncio: the pop-group calls."""
+
+    _http_class = httpx.AsyncClient
+
+    async def __aenter__(self) -> AsyncKpdClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._http.aclose()
+
+    async def _call(self, call: Call) -> Any:
+        return await _ASYNC_RETRYING(self._backoff(), self._once, call)
+
+    async def _once(self, call: Call) -> Any:
+        method, path, body, timeout = call
+        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        urls = self._in_turn()
+        for url in urls[:-1]:
+            try:
+                return _checked(await self._http.request(method, url + path, json=body, **kwargs))
+            except httpx.ConnectError:  # that sidecar is down: the next one answers as well
+                continue
+        return _checked(await self._http.request(method, urls[-1] + path, json=body, **kwargs))
+
+    async def pop(
+        self,
+        group: str,
+        topic: str,
+        max_messages: int = 10,
+        invisible_ms: int | None = None,
+        wait_ms: int = 0,
+    ) -> list[PoppedMessage]:
+        return _messages(
+            await self._call(_Calls.pop(group, topic, max_messages, invisible_ms, wait_ms))
+        )
+
+    async def settle(
+        self, group: str, call: str, receipts: Iterable[str], **item: Any
+    ) -> list[dict[str, Any]]:
+        """`call` is ack, nack (delay_ms=), leases (invisible_ms=) or reject (reason=)."""
+        return list((await self._call(_Calls.settle(group, call, receipts, **item)))["results"])
+
+
+def run_worker(
+    client: KpdClient,
+    group: str,
+    topic: str,
+    handler: Callable[[PoppedMessage], None],
+    *,
+    invisible_ms: int = 30_000,
+    batch: int = 10,
+    wait_ms: int = 20_000,
+    stop: threading.Event | None = None,
+) -> None:
+    """Pop and handle messages until `stop` is set.
+
+    Success acks; an exception nacks (the group's backoff decides when it returns). While a
+    handler runs, its lease is extended every `invisible_ms / 3`, so a slow handler keeps the
+    message invisible to other workers without picking a huge invisible time up front.
+    """
+    stop = stop or threading.Event()
+    while not stop.is_set():
+        for message in client.pop(group, topic, batch, invisible_ms, wait_ms):
+            if stop.is_set():
+                client.extend(group, [message.receipt], 0)  # hand it back at once
+                continue
+            done = threading.Event()
+            keeper = threading.Thread(
+                target=_keep_leased,
+                args=(client, group, message.receipt, invisible_ms, done),
+                daemon=True,
+            )
+            keeper.start()
+            try:
+                handler(message)
+            except Exception:
+                succeeded = False
+            else:
+                succeeded = True
+            finally:
+                done.set()
+                keeper.join()
+            if succeeded:
+                client.ack(group, [message.receipt])
+            else:
+                client.nack(group, [message.receipt])
+
+
+def _keep_leased(
+    client: KpdClient, group: str, receipt: str, invisible_ms: int, done: threading.Event
+) -> None:
+    while not done.wait(invisible_ms / 3000):
+        client.extend(group, [receipt], invisible_ms)

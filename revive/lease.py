@@ -1,0 +1,95 @@
+"""Pop: hand out the next records of a (group, topic) under one lease per lane partition.
+
+Each lane partition's share of a pop is one checkpoint (`CheckpointRecord`), written in the
+step's transaction; the caller is answered only after it commits. A retry-topic record whose kpd
+headers cannot be trusted is never handed out: it is leased and dead-lettered at once, with the
+reason, so it fails only itself and the committed offset moves past it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foundation.clock import now_ms
+from foundation.delivery_log import Event
+from revive import metrics
+from revive.answers import message_json
+from revive.copies import Provenance
+from revive.fetcher import UNTRUSTED, Fetched, GroupFetcher, LaneKey
+from revive.ledger import Outcome
+from revive.pop_state import PopState
+from revive.pop_step import Copy, PopStep
+from revive.receipt import ReceiptCodec
+from revive.records import AckRecord, CheckpointRecord
+from revive.requests import PopRequest
+
+
+class Leaser:
+    def __init__(self, state: PopState, codec: ReceiptCodec) -> None:
+        self._state, self._codec = state, codec
+
+    def lease(
+        self, request: PopRequest, fetcher: GroupFetcher, step: PopStep
+    ) -> list[dict[str, Any]]:
+        taken = fetcher.take(request.topic, request.max_messages)
+        if not taken:
+            return []
+        now = now_ms()
+        deadline = now + request.invisible_ms
+        out = []
+        for (lane, partition), batch in _by_lane(taken).items():
+            key = (request.group, lane, partition)
+            record = self._checkpoint(key, batch, deadline, now, step)
+            counts = record.delivery_counts
+            texts = self._codec.encode_batch(*key, record.checkpoint_id, record.offsets, counts)
+            for (message, found), count, text in zip(batch, counts, texts, strict=True):
+                out.append(message_json(message, found.origin, text, count, deadline))
+                step.log(Event.DELIVERED, message, found.origin, count, now, group=request.group)
+        metrics.POPPED.inc(len(out))
+        return out
+
+    def dead_letter_untrusted(self, fetcher: GroupFetcher, step: PopStep) -> None:
+        """Lease and dead-letter at once every retry record whose kpd headers are untrusted."""
+        taken = fetcher.take(UNTRUSTED, limit=10_000)
+        now = now_ms()
+        for (lane, partition), batch in _by_lane(taken).items():
+            key = (fetcher.group, lane, partition)
+            record = self._checkpoint(key, batch, now, now, step)
+            for message, found in batch:
+                offset = message.offset()
+                settled = AckRecord(*key, record.checkpoint_id, offset, Outcome.DEAD_LETTERED, now)
+                self._state.apply(settled)
+                step.record(settled)
+                reason = f"kpd headers cannot be trusted: {found.distrust}"
+                step.copies.append(Copy(key, offset, 1, reason, 0))
+
+    def _checkpoint(
+        self,
+        key: tuple[str, str, int],
+        batch: list[Fetched],
+        deadline: int,
+        now: int,
+        step: PopStep,
+    ) -> CheckpointRecord:
+        record = CheckpointRecord(
+            *key,
+            self._state.new_checkpoint_id(),
+            tuple(message.offset() for message, _ in batch),
+            tuple(_count(found) for _, found in batch),
+            deadline,
+            now,
+        )
+        self._state.apply(record)
+        step.record(record)
+        return record
+
+
+def _count(found: Provenance) -> int:
+    return found.previous_deliveries + 1
+
+
+def _by_lane(taken: list[tuple[LaneKey, Fetched]]) -> dict[LaneKey, list[Fetched]]:
+    by_lane: dict[LaneKey, list[Fetched]] = {}
+    for lane, fetched in taken:
+        by_lane.setdefault(lane, []).append(fetched)
+    return by_lane

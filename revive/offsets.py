@@ -1,0 +1,46 @@
+"""Each touched group's committed offset: the lowest offset not yet settled (DESIGN: pop).
+
+The offsets go into the step's transaction, so Kafka tooling shows the group's real progress
+and a committed offset never passes a message that could still come back.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import TopicPartition
+
+from revive.fetcher import GroupFetcher, source_topic
+from revive.pop_state import PopState
+from revive.pop_step import PopStep
+
+
+class OffsetCommitter:
+    def __init__(self, state: PopState) -> None:
+        self._state = state
+        self._sent: dict[tuple[str, str, int], int] = {}  # last offset sent per group partition
+
+    def commit(self, fetchers: dict[str, GroupFetcher], step: PopStep) -> None:
+        for group in step.groups:
+            fetcher = fetchers.get(group)
+            if fetcher is None:
+                continue
+            offsets = []
+            for tp in fetcher.assignment:
+                mark = self._low_watermark(group, fetcher, tp.topic, tp.partition)
+                if mark is not None and self._sent.get((group, tp.topic, tp.partition)) != mark:
+                    offsets.append(TopicPartition(tp.topic, tp.partition, mark))
+                    self._sent[(group, tp.topic, tp.partition)] = mark
+            if offsets:  # only when a watermark moved: each send costs a broker round trip
+                step.txn.send_offsets(offsets, fetcher.consumer.consumer_group_metadata())
+
+    def _low_watermark(
+        self, group: str, fetcher: GroupFetcher, topic: str, partition: int
+    ) -> int | None:
+        cursor = fetcher.cursor(topic, partition)
+        if cursor < 0:
+            return None
+        marks = [cursor]
+        for (g, lane, p), ledger in self._state.ledgers.items():
+            if g == group and p == partition and source_topic(lane) == topic:
+                floor = self._state.last_leased.get((g, lane, p), -1) + 1
+                marks.append(ledger.low_watermark(max(cursor, floor)))
+        return min(marks)

@@ -1,0 +1,90 @@
+"""What one pop-service step changes: one transaction, answered only after it commits.
+
+The step gathers state records (one Kafka record per ledger and step, see `revive.records`),
+the copies to make (retry, delayed retry, dead letter), delivery-log events and the answers to
+give; `revive.service` commits it all at once and only then answers the callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from foundation.delivery_log import Event, log_record
+from foundation.transactions import Transaction
+from revive.copies import Origin
+from revive.pop_state import LedgerKey, PopState
+from revive.records import CheckpointRecord, StateRecord, pack_batch
+
+
+@dataclass
+class Copy:
+    """A message to copy once the step has its payload: retry, delayed retry or DLQ."""
+
+    key: LedgerKey
+    offset: int
+    delivery_count: int
+    dead_letter_reason: str | None
+    delay_ms: int
+    answer: dict[str, Any] | None = None  # the caller's result, if a caller asked for this copy
+
+
+class PopStep:
+    def __init__(self, producer: Producer, timeout_s: float, log_topic: str, node: str) -> None:
+        self.txn = Transaction(producer, timeout_s)
+        self.groups: set[str] = set()  # groups whose committed offsets may move
+        self.copies: list[Copy] = []
+        self.answers: list[tuple[Future[Any], Any]] = []
+        self._records: dict[LedgerKey, list[bytes]] = {}  # each ledger's records, in order
+        self._checkpoints: dict[LedgerKey, list[int]] = {}  # checkpoints opened, per ledger
+        self._log_topic, self._node = log_topic, node
+
+    def record(self, record: StateRecord) -> None:
+        self.txn.begin()
+        self._records.setdefault(record.key, []).append(record.to_bytes())
+        if isinstance(record, CheckpointRecord):
+            self._checkpoints.setdefault(record.key, []).append(record.checkpoint_id)
+        self.groups.add(record.group)
+
+    def write_records(self, state_topic: str, state: PopState) -> None:
+        """One state-topic record per ledger and step, in its shard's partition, so a ledger
+        stays ordered; where each checkpoint landed is noted for the replay floor."""
+        for key, encoded in self._records.items():
+            written = _noting(state, key, self._checkpoints.get(key, []))
+            self.txn.produce(
+                state_topic, "/".join(map(str, key)), pack_batch(encoded),
+                partition=state.partition_of(key), on_delivery=written,
+            )  # fmt: skip
+
+    def log(
+        self, event: Event, message: Message, origin: Origin, count: int, at: int, **extra: Any
+    ) -> None:
+        record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
+        extra.setdefault("due_ms", None)
+        value = log_record(
+            event,
+            record_id,
+            origin.topic,
+            at_ms=at,
+            enqueued_ms=message.timestamp()[1],
+            node=self._node,
+            delivery_count=count,
+            partition=origin.partition,
+            offset=origin.offset,
+            **extra,
+        )
+        self.txn.produce(self._log_topic, record_id, value)
+
+
+def _noting(
+    state: PopState, key: LedgerKey, checkpoints: list[int]
+) -> Callable[[KafkaError | None, Message], None]:
+    def written(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            state.wrote(key, checkpoints, message.partition(), message.offset())
+
+    return written

@@ -1,0 +1,107 @@
+"""Ending deliveries: ack, nack, lease changes, reject, and leases that expired (revive).
+
+Each outcome is an `AckRecord` or `DeadlineRecord` in the step's transaction; a message that must
+come back or go to the dead-letter topic becomes a `Copy` the step writes in the same
+transaction, so a retry exists exactly when the delivery it replaces is marked settled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foundation.clock import now_ms
+from foundation.config import GroupSettings, Settings
+from revive import metrics
+from revive.ledger import ACKED, ACKED_LATE, OK, Outcome, PartitionLedger
+from revive.pop_state import LedgerKey, PopState
+from revive.pop_step import Copy, PopStep
+from revive.receipt import Receipt
+from revive.records import AckRecord, DeadlineRecord
+from revive.requests import SettleRequest
+
+
+class Settler:
+    def __init__(self, settings: Settings, state: PopState) -> None:
+        self._settings, self._state = settings, state
+
+    def settle(self, request: SettleRequest, step: PopStep) -> list[dict[str, Any]]:
+        """Settle receipts the router has verified and found to be this shard's."""
+        results = []
+        group = self._settings.group(request.group)
+        now = now_ms()
+        for text, receipt, argument in request.items:
+            key = (request.group, receipt.topic, receipt.partition)
+            ledger = self._state.ledgers.get(key)
+            if ledger is None:
+                results.append({"receipt": text, "status": "invalid"})
+                continue
+            entry: dict[str, Any] = {"receipt": text}
+            entry["status"] = self._one(
+                request.kind, group, (key, ledger), receipt, (argument, now), step, entry
+            )
+            results.append(entry)
+        return results
+
+    def expire(self, step: PopStep) -> None:
+        """Leases that ended without an ack: available again at once, or dead-lettered."""
+        now = now_ms()
+        for key, ledger in self._state.ledgers.items():
+            group = self._settings.group(key[0])
+            for cp, offset, count in ledger.expired(now):
+                reason = _exhausted(group) if count >= group.max_deliveries else None
+                outcome = Outcome.REQUEUED if reason is None else Outcome.DEAD_LETTERED
+                if ledger.settle(cp, offset, outcome) != OK:
+                    continue
+                step.record(AckRecord(*key, cp, offset, outcome, now))
+                step.copies.append(Copy(key, offset, count, reason, 0))
+
+    def _one(
+        self,
+        kind: str,
+        group: GroupSettings,
+        lane: tuple[LedgerKey, PartitionLedger],
+        receipt: Receipt,
+        call: tuple[Any, int],
+        step: PopStep,
+        entry: dict[str, Any],
+    ) -> str:
+        """Settle one receipt; its status (`entry` may get more fields, and a copy refers to
+        it, so a nack the copier has to dead-letter answers what really happened)."""
+        (key, ledger), (argument, now) = lane, call
+        cp, offset = receipt.checkpoint_id, receipt.offset
+        if kind == "ack":
+            status = ledger.ack(cp, offset, now)
+            if status in (ACKED, ACKED_LATE):
+                step.record(AckRecord(*key, cp, offset, Outcome.ACKED, now))
+                metrics.ACKED.inc()
+            return status
+        if kind == "leases":
+            until = now + int(argument)
+            status = ledger.change_deadline(cp, offset, until, now)
+            if status != OK:
+                return status
+            step.record(DeadlineRecord(*key, cp, offset, until, now))
+            entry["invisible_until_ms"] = until
+            return "ok"
+        if kind == "reject":
+            reason: str | None = f"rejected: {argument}" if argument else "rejected"
+        elif receipt.delivery_count >= group.max_deliveries:
+            reason = _exhausted(group)
+        else:
+            reason = None
+        outcome = Outcome.REQUEUED if reason is None else Outcome.DEAD_LETTERED
+        status = ledger.settle(cp, offset, outcome)
+        if status != OK:
+            return status
+        step.record(AckRecord(*key, cp, offset, outcome, now))
+        delay = 0
+        if kind == "nack" and reason is None:
+            # Without delay_ms, the group's backoff for this delivery (the last one repeats).
+            backoff = group.backoff_ms[min(receipt.delivery_count, len(group.backoff_ms)) - 1]
+            delay = backoff if argument is None else int(argument)
+        step.copies.append(Copy(key, offset, receipt.delivery_count, reason, delay, entry))
+        return "requeued" if reason is None else "dead_lettered"
+
+
+def _exhausted(group: GroupSettings) -> str:
+    return f"max deliveries ({group.max_deliveries}) reached"

@@ -1,0 +1,131 @@
+"""Runs the roles of the shards this worker leads, and the standby that follows the others.
+
+For each shard the group assigns here, the standby stops following that shard's partitions and
+two supervised roles start: its delay leader and its pop service, each with its own
+transactional producer (fencing is per shard and role) and its own restarts, so a failure in one
+never rebuilds another. When a shard moves away its roles stop and the standby follows it again.
+RocksDB thus has one writer per shard at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from foundation.metrics import IS_LEADER, SHARD_LEADER
+from foundation.state_follower import StateFollower
+from foundation.supervision import LoopHealth, Role, Supervisor, Watchdog
+from revive.pop_follower import PopFollower
+from revive.replay import PopStateReader
+from revive.service import PopService
+
+log = structlog.get_logger(__name__)
+
+STOP_TIMEOUT_S = 30.0
+STANDBY = -1  # the standby's "shard" in metrics and logs: it serves all the others
+Make = Callable[[int, LoopHealth], Role]
+
+
+class Standby:
+    """Follows the shards not led here: their schedules into RocksDB, their pop state into
+    memory (`revive.pop_follower`), so this worker can take any of them over at once."""
+
+    def __init__(
+        self,
+        follower: StateFollower,
+        pops: tuple[PopFollower, PopStateReader, frozenset[int]],
+        health: LoopHealth,
+    ) -> None:
+        self._follower, self._health = follower, health
+        self._pops, self._reader, self._shards = pops
+
+    def start(self) -> None:
+        self._follower.assign()  # from the stored positions (a former leader stored its own)
+        self._pops.follow(self._reader, self._shards)
+        self._follower.catch_up(timeout_s=300, beat=self._health.beat)
+
+    def step(self) -> None:
+        self._follower.poll_once(0.05)
+        self._pops.apply(self._reader, 0.05)
+        self._pops.positions(self._reader)
+
+    def close(self) -> None:
+        self._follower.close()
+        self._reader.close()
+
+
+class Conductor:
+    def __init__(
+        self,
+        watchdog: Watchdog,
+        roles: dict[str, Make],  # "delay" / "pop" -> make(shard, health)
+        standby: Callable[[frozenset[int], LoopHealth], Standby],  # one for the shards not led
+    ) -> None:
+        self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
+        self._led: dict[int, dict[str, Supervisor]] = {}
+        self._standby: Supervisor | None = None
+
+    @property
+    def led(self) -> frozenset[int]:
+        return frozenset(self._led)
+
+    def reconcile(self, owned: frozenset[int]) -> None:
+        """Make the running roles match the shards this worker is to lead."""
+        if owned == self.led and self._standby is not None:
+            return
+        for shard in owned ^ self.led:
+            SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
+        IS_LEADER.set(int(bool(owned)))
+        for shard in sorted(self.led - owned):
+            for supervisor in self._led.pop(shard).values():
+                self._stop(supervisor)
+            log.info("stopped leading", shard=shard)
+        self._stop_standby()  # it followed the shards now led here: it must stop writing them
+        self._standby = self._supervise(
+            "standby", STANDBY, lambda health: self._make_standby(owned, health)
+        )
+        for shard in sorted(owned - self.led):
+            self._led[shard] = {
+                name: self._supervise(name, shard, _bound(make, shard))
+                for name, make in self._roles.items()
+            }
+            log.info("leading", shard=shard)
+
+    def stop(self) -> None:
+        for shard in list(self._led):
+            for supervisor in self._led.pop(shard).values():
+                self._stop(supervisor)
+        self._stop_standby()
+
+    def started(self, shard: int) -> bool:
+        """Have all roles of this led shard finished starting?"""
+        return all(s.role is not None for s in self._led.get(shard, {}).values())
+
+    def pop_service(self, shard: int) -> PopService | None:
+        supervisor = self._led.get(shard, {}).get("pop")
+        role = supervisor.role if supervisor is not None else None
+        return role if isinstance(role, PopService) else None
+
+    @property
+    def standby_caught_up(self) -> bool:
+        return self._standby is not None and self._standby.role is not None
+
+    def _supervise(self, name: str, shard: int, make: Callable[[LoopHealth], Role]) -> Supervisor:
+        supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make)
+        supervisor.start()
+        return supervisor
+
+    def _stop_standby(self) -> None:
+        if self._standby is not None:
+            self._stop(self._standby)
+            self._standby = None
+
+    def _stop(self, supervisor: Supervisor) -> None:
+        # A role stuck in a Kafka call does not end; the watchdog sees it (it still "runs").
+        if supervisor.stop(timeout_s=STOP_TIMEOUT_S):
+            self._watchdog.forget(supervisor.health)
+
+
+def _bound(make: Make, shard: int) -> Callable[[LoopHealth], Role]:
+    return lambda health: make(shard, health)

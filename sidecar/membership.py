@@ -1,0 +1,127 @@
+"""Shard ownership through Kafka group membership (as Kafka Connect, Karapace and Streams do).
+
+Every sidecar worker joins one consumer group subscribed to the election topic, which has one
+partition per shard; the group coordinator assigns each partition to exactly one member, and that
+member leads the shard. The assignment is cooperative-sticky: a worker joining takes over some
+shards while the others keep theirs and never stop; a worker leaving (cleanly: at once; crashed:
+after its session timeout) hands its shards to the others.
+
+Membership alone does not stop a paused ex-leader from writing: the transactional producers of
+each shard's roles (one fixed transactional.id per shard and role) do, because a new leader's
+`init_transactions` fences every older producer with the same id.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import structlog
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+log = structlog.get_logger(__name__)
+
+CLIENT_PREFIX = "kpd-member "  # + the member's HTTP address, for others to forward calls to
+
+
+@dataclass(frozen=True)
+class Member:
+    member_id: str
+    url: str
+    shards: frozenset[int]
+
+
+class Membership:
+    """Keeps this worker in the group; `owned` is the set of shards it leads right now."""
+
+    def __init__(
+        self,
+        client_config: dict[str, object],
+        topic: str,
+        session_timeout_ms: int,
+        advertised_url: str,
+    ) -> None:
+        self.group = topic
+        self._consumer = Consumer(
+            {
+                **client_config,
+                "client.id": f"{CLIENT_PREFIX}{advertised_url}",
+                "group.id": topic,
+                "session.timeout.ms": session_timeout_ms,
+                "heartbeat.interval.ms": max(100, session_timeout_ms // 4),
+                "enable.auto.commit": False,
+                # Sticky: a worker joining takes shards over without stopping the others.
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        self._topic = topic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="membership", daemon=True)
+        self.owned: frozenset[int] = frozenset()
+        self.paused = False  # set: leave the group (lead nothing) until cleared
+        self._subscribed = False
+        self.assigned_once = False  # the group has answered: shard owners are known
+        self.changed = threading.Event()  # set on every change of `owned`
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def members(self, admin: AdminClient, timeout_s: float) -> list[Member]:
+        """Every member of the group with its HTTP address and the shards it holds."""
+        futures = admin.describe_consumer_groups([self.group], request_timeout=timeout_s)
+        description = futures[self.group].result(timeout=timeout_s)
+        found = []
+        for member in description.members:
+            if not member.client_id.startswith(CLIENT_PREFIX):
+                continue
+            assignment = member.assignment.topic_partitions if member.assignment else []
+            shards = frozenset(tp.partition for tp in assignment if tp.topic == self._topic)
+            url = member.client_id[len(CLIENT_PREFIX) :]
+            found.append(Member(member.member_id, url, shards))
+        return found
+
+    def stop(self) -> None:
+        """Leave the group (hands the shards over at once) after giving them up here."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self.paused and self._subscribed:
+                    self._leave()
+                elif not self.paused and not self._subscribed:
+                    self._rejoin()
+                # Polling serves the group protocol and callbacks; records are not read.
+                self._consumer.poll(0.1)
+        finally:
+            self._set(frozenset())
+            self._consumer.close()
+
+    def _rejoin(self) -> None:
+        self._consumer.subscribe(
+            [self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
+        )
+        self._subscribed = True
+
+    def _leave(self) -> None:
+        self._consumer.unsubscribe()
+        self._subscribed = False
+        self._set(frozenset())
+
+    def _assigned(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned_once = True
+        self._set(self.owned | {tp.partition for tp in partitions})
+
+    def _revoked(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+        self._set(self.owned - {tp.partition for tp in partitions})
+
+    def _lost(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+        self._set(frozenset())
+
+    def _set(self, owned: frozenset[int]) -> None:
+        if owned != self.owned:
+            log.info("shards assigned", owned=sorted(owned), was=sorted(self.owned))
+        self.owned = owned
+        self.changed.set()

@@ -1,0 +1,74 @@
+"""Early takeover of a dead sidecar's shards, before the group notices (bounded failover).
+
+The group coordinator reassigns a crashed member's shards only after its session timeout (6 s at
+least on a stock broker). Meanwhile each member watches one other: its predecessor in the ring of
+members (ordered by member id). It probes the predecessor's HTTP health a few times a second;
+when the probes fail `FAILURES` times in a row it starts the predecessor's shards itself. Their
+roles' `init_transactions` fence the predecessor's transactional ids, so a paused predecessor
+that wakes up can never write again: never two writers, never a duplicate. Once the group has
+reassigned the shards (to this member or another, which then fences it in turn), or the
+predecessor answers again, the early takeover ends and the group's word holds.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import structlog
+
+from sidecar.owners import Owners
+
+log = structlog.get_logger(__name__)
+
+PROBE_EVERY_S = 0.25
+PROBE_TIMEOUT_S = 0.5
+FAILURES = 3  # about a second of silence
+
+
+class Successor:
+    def __init__(self, owners: Owners, url: str) -> None:
+        self._owners, self._url = owners, url
+        self.shards: frozenset[int] = frozenset()  # taken over early, not (yet) assigned here
+        self._failures: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="successor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=PROBE_TIMEOUT_S) as http:
+            while not self._stop.wait(PROBE_EVERY_S):
+                watched = self._predecessor()
+                if watched is None:
+                    self.shards = frozenset()
+                    continue
+                url, shards = watched
+                failures = 0 if _answers(http, url) else self._failures.get(url, 0) + 1
+                self._failures = {url: failures}
+                taken = shards if failures >= FAILURES else frozenset()
+                if taken and taken != self.shards:
+                    log.warning("taking over a silent sidecar's shards", sidecar=url,
+                                shards=sorted(taken))  # fmt: skip
+                self.shards = taken
+
+    def _predecessor(self) -> tuple[str, frozenset[int]] | None:
+        """The member this one watches, with the shards the group gives it."""
+        members = self._owners.members
+        mine = [i for i, m in enumerate(members) if m.url == self._url]
+        if not mine or len(members) < 2:
+            return None
+        watched = members[mine[0] - 1]  # the ring: the first member watches the last
+        return (watched.url, watched.shards) if watched.shards else None
+
+
+def _answers(http: httpx.Client, url: str) -> bool:
+    try:
+        return http.get(f"{url}/healthz").status_code == 200
+    except httpx.HTTPError:
+        return False

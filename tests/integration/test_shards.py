@@ -1,0 +1,265 @@
+"""Shards across three sidecars (issue: scale out by shard), real broker, real sidecars.
+
+Schedules are produced unkeyed, so most land on a buffer partition of another shard than their
+id's and are re-keyed; pop lanes are spread over every sidecar. Exactly once, never early, cancel
+wins, the first schedule of an id wins, pops are exclusive with exact delivery counts; and the
+same holds while a sidecar joins, or a shard owner is killed or paused, under load.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+from kafka_helpers import (
+    TopicReader,
+    assert_exactly_once,
+    assert_never_early,
+    buffer_record,
+    led_shards,
+    log_events,
+    make_producer,
+    now_ms,
+    produce_all,
+    unique,
+    wait_for,
+)
+from load_helpers import DelayLoad, PopLoad, settled
+
+from kpd_client import KpdClient, KpdError
+
+pytestmark = pytest.mark.timeout(600)
+SHARDS = 6
+SESSION_TIMEOUT_MS = "2000"
+
+
+def start(sidecar_factory, names: str = "abc") -> list:
+    nodes = [
+        sidecar_factory(
+            name, shards=str(SHARDS), election_session_timeout_ms=SESSION_TIMEOUT_MS
+        ).start()
+        for name in names
+    ]
+    return nodes
+
+
+def schedule(target: str, schedule_id: str, value: bytes, due_ms: int) -> tuple:
+    return buffer_record(target, value=value + schedule_id.encode(), deliver_at=due_ms,
+                         schedule_id=schedule_id)  # fmt: skip
+
+
+def cancel(schedule_id: str) -> tuple:
+    return None, None, [("kpd-cancel", schedule_id.encode())]
+
+
+def state(kpd: KpdClient, schedule_id: str) -> str | None:
+    try:
+        return str(kpd.schedule(schedule_id)["state"])
+    except KpdError as error:
+        assert error.code == "schedule_not_found"
+        return None
+
+
+def spread(nodes: list) -> bool:
+    """Every sidecar leads a shard and every shard is led exactly once."""
+    led = [led_shards(node) for node in nodes]
+    return all(led) and sorted(s for shards in led for s in shards) == list(range(SHARDS))
+
+
+def test_schedules_across_shards_exactly_once_cancel_and_first_wins(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    nodes = start(sidecar_factory)
+    wait_for(lambda: spread(nodes), 60, "the shards spread over the three sidecars")
+    buffer = nodes[0].env["KPD_BUFFER_TOPIC"]
+    target = new_topic("shards")
+    producer = make_producer(kafka_bootstrap)
+    due = now_ms() + 3000
+    n = 1500
+    ids = [f"s-{i}" for i in range(n)]
+    cancelled_first = set(ids[:100])  # their cancel is produced before their schedule
+    cancelled_later = set(ids[100:200])
+    twice = ids[200:300]  # scheduled again (another value, likely another partition)
+    produce_all(
+        producer, buffer, [(None, None, [("kpd-cancel", i.encode())]) for i in cancelled_first]
+    )
+    schedules = [
+        buffer_record(target, value=f"first-{i}".encode(), deliver_at=due, schedule_id=i)
+        for i in ids
+    ]
+    random.Random(7).shuffle(schedules)
+    produce_all(producer, buffer, schedules)
+    with KpdClient(nodes[1].url) as kpd:  # the first schedule is in before the second is sent
+        wait_for(lambda: all(state(kpd, i) == "scheduled" for i in twice), 30, "indexed")
+    produce_all(
+        producer,
+        buffer,
+        [
+            buffer_record(target, value=f"second-{i}".encode(), deliver_at=due, schedule_id=i)
+            for i in twice
+        ]
+        + [(None, None, [("kpd-cancel", i.encode())]) for i in cancelled_later],
+    )
+    expected = set(ids) - cancelled_first - cancelled_later
+    with TopicReader(kafka_bootstrap, target) as reader:
+        reader.read_count(len(expected), 60)
+        messages = reader.read_for(2.0)
+    assert_exactly_once(messages, expected)
+    assert_never_early(messages)
+    assert {m.value() for m in messages if m.value().startswith(b"second")} == set()
+    log = nodes[0].env["KPD_DELIVERY_LOG_TOPIC"]
+    with TopicReader(kafka_bootstrap, log) as reader:
+        events = log_events(reader.read_until(
+            lambda m: sum(e["event"] == "delivered" for e in log_events(m)) >= len(expected), 60,
+            "the delivery events",
+        ))  # fmt: skip
+    cancels = [e for e in events if e["event"] == "cancelled"]
+    # A cancel that came first is booked again under its target when the schedule arrives.
+    assert {e["id"] for e in cancels if e["target"] == target} == cancelled_first | cancelled_later
+    delivered_by = Counter(e["node"] for e in events if e["event"] == "delivered")
+    assert set(delivered_by) == {"a", "b", "c"}, delivered_by  # every sidecar delivers
+
+
+def test_pops_across_shards_are_exclusive_with_exact_counts(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    nodes = start(sidecar_factory)
+    wait_for(lambda: spread(nodes), 60, "the shards spread over the three sidecars")
+    topic, group = new_topic(partitions=SHARDS), unique("g")
+    values = [f"job-{i}".encode() for i in range(300)]
+    produce_all(make_producer(kafka_bootstrap), topic, [(None, v, []) for v in values])
+    held: dict[bytes, int] = {}
+    counts: dict[bytes, list[int]] = {}
+    overlaps: list[bytes] = []
+    wrong: list[object] = []  # unexpected answers, reported by the test thread
+    acked: Counter[bytes] = Counter()
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def worker(index: int) -> None:
+        rng = random.Random(index)
+        with KpdClient(nodes[index % 3].url) as kpd, KpdClient(nodes[(index + 1) % 3].url) as other:
+            while not done.is_set():
+                popped = kpd.pop(group, topic, max_messages=10, wait_ms=300, invisible_ms=30_000)
+                with lock:
+                    for m in popped:
+                        if m.value in held:
+                            overlaps.append(m.value)
+                        held[m.value] = index
+                        counts.setdefault(m.value, []).append(m.delivery_count)
+                nacked = [m for m in popped if rng.random() < 0.3 and m.delivery_count < 3]
+                kept = [m for m in popped if m not in nacked]
+                with lock:
+                    for m in popped:
+                        held.pop(m.value, None)
+                if nacked:  # through another sidecar than the pop's: receipts route by shard
+                    answers = other.nack(group, [m.receipt for m in nacked], delay_ms=0)
+                    wrong.extend(a for a in answers if a["status"] != "requeued")
+                answers = kpd.ack(group, [m.receipt for m in kept]) if kept else []
+                for answer, m in zip(answers, kept, strict=True):
+                    if answer["status"] != "acked":
+                        wrong.append(answer)
+                    with lock:
+                        acked[m.value] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: len(acked) == len(values) or wrong, 120, "every job acked")
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    assert not wrong
+    assert not overlaps, f"held by two workers at once: {overlaps[:5]}"
+    assert set(acked.values()) == {1}
+    for value, seen in counts.items():  # 1, 2, 3 ... in order: every delivery counted once
+        assert seen == list(range(1, len(seen) + 1)), (value, seen)
+    assert any(len(seen) > 1 for seen in counts.values())  # nacks really went around
+
+
+def test_a_sidecar_joining_under_load_takes_shards_and_loses_nothing(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    a, b = start(sidecar_factory, "ab")
+    wait_for(lambda: spread([a, b]), 60, "a and b share the shards")
+    target, popped = new_topic("join"), new_topic("work", partitions=SHARDS)
+    values = [f"job-{i}".encode() for i in range(600)]
+    produce_all(make_producer(kafka_bootstrap), popped, [(None, v, []) for v in values])
+    with (
+        DelayLoad(kafka_bootstrap, a.env["KPD_BUFFER_TOPIC"], target) as delay,
+        PopLoad([a.url, b.url], unique("g"), popped) as pop,
+    ):
+        wait_for(lambda: len(delay.acknowledged) > 100 and pop.acked, 60, "load flowing")
+        (c,) = start(sidecar_factory, "c")
+        wait_for(lambda: spread([a, b, c]), 60, "c takes shards from a and b")
+        wait_for(lambda: len(delay.acknowledged) > 400, 60, "load after the join")
+        wait_for(lambda: settled(pop), 120, "every job settled")
+    assert not delay.failed
+    with TopicReader(kafka_bootstrap, target) as reader:
+        reader.read_count(len(delay.acknowledged), 120)
+        messages = reader.read_for(2.0)
+    assert_exactly_once(messages, delay.acknowledged)
+    assert_never_early(messages)
+    assert pop.seen == set(values) and max(pop.acked.values()) == 1
+    assert pop.after_ack == [], "an acked job came back"
+
+
+def test_killed_and_paused_shard_owners_lose_nothing(sidecar_factory, new_topic, kafka_bootstrap):
+    nodes = start(sidecar_factory)
+    wait_for(lambda: spread(nodes), 60, "the shards spread over the three sidecars")
+    a, b, c = nodes
+    target, popped = new_topic("chaos"), new_topic("work", partitions=SHARDS)
+    values = [f"job-{i}".encode() for i in range(600)]
+    produce_all(make_producer(kafka_bootstrap), popped, [(None, v, []) for v in values])
+    with (
+        DelayLoad(kafka_bootstrap, a.env["KPD_BUFFER_TOPIC"], target) as delay,
+        PopLoad(a.url, unique("g"), popped) as pop,
+    ):
+        wait_for(lambda: len(delay.acknowledged) > 100 and pop.acked, 60, "load flowing")
+        b.terminate(signal.SIGKILL)
+        wait_for(lambda: spread([a, c]), 60, "a and c take b's shards")
+        c.signal(signal.SIGSTOP)  # a zombie: it holds producers of shards it will lose
+        wait_for(lambda: led_shards(a) == set(range(SHARDS)), 60, "a takes c's shards")
+        time.sleep(1)  # a works alone for a moment before the zombie wakes
+        c.signal(signal.SIGCONT)
+        wait_for(lambda: len(delay.acknowledged) > 600, 60, "load after the chaos")
+        wait_for(lambda: settled(pop), 120, "every job settled")
+    assert not delay.failed
+    with TopicReader(kafka_bootstrap, target) as reader:
+        reader.read_count(len(delay.acknowledged), 120)
+        messages = reader.read_for(3.0)
+    assert_exactly_once(messages, delay.acknowledged)
+    assert_never_early(messages)
+    assert pop.seen == set(values) and max(pop.acked.values()) == 1
+    assert pop.after_ack == [], "an acked job came back"
+
+
+def test_a_killed_sidecar_s_shards_deliver_again_before_its_session_ends(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    # The broker's stock 6 s session: the group alone would leave b's shards idle that long.
+    a, b = (sidecar_factory(n, shards=str(SHARDS)).start() for n in "ab")
+    wait_for(lambda: spread([a, b]), 60, "a and b share the shards")
+    target = new_topic("failover")
+    with DelayLoad(kafka_bootstrap, a.env["KPD_BUFFER_TOPIC"], target) as delay:
+        wait_for(lambda: len(delay.acknowledged) > 100, 60, "load flowing")
+        b.terminate(signal.SIGKILL)
+        killed_ms = now_ms()
+        wait_for(lambda: led_shards(a) == set(range(SHARDS)), 30, "a leads every shard")
+        taken_ms = now_ms() - killed_ms
+        wait_for(lambda: len(delay.acknowledged) > 400, 60, "load after the kill")
+    with TopicReader(kafka_bootstrap, target) as reader:
+        reader.read_count(len(delay.acknowledged), 120)
+        messages = reader.read_for(2.0)
+    assert_exactly_once(messages, delay.acknowledged)
+    assert_never_early(messages)
+    late = sorted(m.timestamp()[1] - int(dict(m.headers())["kpd-deliver-at"]) for m in messages)
+    print(f"\nb's shards led by a {taken_ms} ms after the kill; worst lateness {late[-1]} ms")
+    assert taken_ms < 5_000  # before the 6 s session timeout: the successor took over early
+    assert late[-1] < 5_000

@@ -1,0 +1,135 @@
+"""Steady delay and pop load for tests that break things meanwhile, and what to check after."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import httpx
+from confluent_kafka import KafkaError, Producer
+from kafka_helpers import buffer_record
+
+from kpd_client import KpdClient
+
+
+class DelayLoad:
+    """Schedules due 0.5-2 s ahead, produced steadily; only acknowledged ones are expected."""
+
+    def __init__(self, bootstrap: str, buffer: str, target: str) -> None:
+        # A long message timeout: records produced while the broker is away wait, not fail.
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True,
+             "message.timeout.ms": 300_000, "linger.ms": 5}
+        )  # fmt: skip
+        self._buffer, self._target = buffer, target
+        self.acknowledged: set[str] = set()
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DelayLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, failure: type[BaseException] | None, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        left = self._producer.flush(60)
+        if failure is None:
+            assert left == 0, f"{left} schedules never reached the buffer topic"
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.wait(0.02):
+            schedule_id = f"load-{i}"
+            key, value, headers = buffer_record(
+                self._target, value=schedule_id.encode(), delay_ms=500 + (i % 4) * 500,
+                schedule_id=schedule_id,
+            )  # fmt: skip
+            self._producer.produce(
+                self._buffer, value=value, key=key, headers=headers,
+                on_delivery=self._delivered(schedule_id),
+            )  # fmt: skip
+            self._producer.poll(0)
+            i += 1
+
+    def _delivered(self, schedule_id: str) -> Callable[[KafkaError | None, object], None]:
+        def done(error: KafkaError | None, _: object) -> None:
+            if error is None:
+                self.acknowledged.add(schedule_id)
+            else:
+                self.failed.append(f"{schedule_id}: {error}")
+
+        return done
+
+
+class PopLoad:
+    """A worker popping and acking through sidecars (in turn, when given several), riding out
+    errors while Kafka is away or shards move."""
+
+    def __init__(self, urls: str | list[str], group: str, topic: str) -> None:
+        self.urls = [urls] if isinstance(urls, str) else list(urls)
+        self.url, self.group, self.topic = self.urls[0], group, topic
+        self.seen: set[bytes] = set()  # popped at least once: the worker handled it
+        self.acked: Counter[bytes] = Counter()  # acks answered acked / acked_late
+        self.after_ack: list[bytes | None] = []  # popped again after an ack: must stay empty
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PopLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        clients = [KpdClient(url, timeout_s=30) for url in self.urls]
+        turn = 0
+        while not self._stop.is_set():
+            try:
+                self._pop_and_ack(clients[turn % len(clients)])
+            except Exception:  # Kafka away, leadership moving: what a worker rides out
+                time.sleep(0.2)
+            turn += 1
+        for client in clients:
+            client.__exit__()
+
+    def _pop_and_ack(self, kpd: KpdClient) -> None:
+        popped = kpd.pop(self.group, self.topic, max_messages=20, wait_ms=500)
+        self.after_ack += [m.value for m in popped if self.acked[m.value or b""]]
+        self.seen.update(m.value or b"" for m in popped)
+        results = kpd.ack(self.group, [m.receipt for m in popped])
+        for message, result in zip(popped, results, strict=True):
+            if result["status"] in ("acked", "acked_late"):
+                self.acked[message.value or b""] += 1
+
+
+def settled(pop: PopLoad) -> bool:
+    """Every message of the popped topic is settled: the group's lag is 0, none in flight and no
+    retry copy waiting (a lease that ended in an outage leaves a copy on the retry topic)."""
+    try:
+        with KpdClient(pop.url) as kpd:
+            stats = kpd.group(pop.group)["topics"][pop.topic]
+    except Exception:
+        return False
+    lags = [p["lag"] for p in stats["partitions"].values()]
+    idle = stats["in_flight"] == 0 and stats["retrying"] == 0
+    return idle and bool(lags) and set(lags) == {0}
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def readiness(url: str) -> str:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).text
+    except httpx.HTTPError as error:
+        return f"unreachable: {error}"

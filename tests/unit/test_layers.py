@@ -1,0 +1,63 @@
+"""Lower layers never import higher ones (README: layout).
+
+foundation <- delay_service, revive <- api <- sidecar (the composition root). The SDK imports
+nothing of the server, and the server never imports the developer tooling.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KPD_PACKAGES = {
+    "foundation",
+    "delay_service",
+    "revive",
+    "api",
+    "sidecar",
+    "kpd_client",
+    "devtools",
+    "spark",
+}
+# What each package may import of kpd (itself always).
+ALLOWED = {
+    "foundation": set(),
+    "delay_service": {"foundation"},
+    "revive": {"foundation"},
+    "api": {"foundation", "delay_service", "revive"},
+    "sidecar": {"foundation", "delay_service", "revive", "api", "devtools", "kpd_client", "spark"},
+    "kpd_client": set(),
+    "devtools": {"foundation"},
+    "spark": {"foundation"},
+}
+
+
+def kpd_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found.update(name.split(".")[0] for name in names if name.split(".")[0] in KPD_PACKAGES)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_lower_layers(package: str) -> None:
+    violations = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        wrong = kpd_imports(path) - ALLOWED[package] - {package}
+        if wrong:
+            violations[str(path.relative_to(ROOT))] = sorted(wrong)
+    assert not violations, f"{package} imports layers above it: {violations}"
+
+
+def test_every_package_has_a_rule() -> None:
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert packages - {"tests"} == KPD_PACKAGES

@@ -1,0 +1,123 @@
+"""Supervisor and watchdog logic (pure threads and time; the Kafka side is in integration tests)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kafka_helpers import wait_for
+
+from foundation import supervision
+from foundation.metrics import LEADER_RESTARTS, LOOP_STALLED
+from foundation.supervision import LoopHealth, Supervisor, Watchdog
+
+
+class FlakyRole:
+    """Fails in `step` the first `failures` times it is made, then steps quietly."""
+
+    made = 0
+
+    def __init__(self, failures: int, stepped: threading.Event) -> None:
+        FlakyRole.made += 1
+        self._fail = FlakyRole.made <= failures
+        self._stepped = stepped
+        self.closed = False
+
+    def start(self) -> None:
+        pass
+
+    def step(self) -> None:
+        if self._fail:
+            raise ValueError("boom")
+        self._stepped.set()
+        time.sleep(0.005)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def restarts(role: str, shard: str, reason: str) -> float:
+    return LEADER_RESTARTS.labels(role, shard, reason)._value.get()
+
+
+def test_a_failing_role_restarts_and_counts_the_reason(monkeypatch) -> None:
+    monkeypatch.setattr(supervision, "BACKOFF_S", (0.01,))
+    FlakyRole.made = 0
+    stepped = threading.Event()
+    made: list[FlakyRole] = []
+
+    def make(_: LoopHealth) -> FlakyRole:
+        made.append(FlakyRole(2, stepped))
+        return made[-1]
+
+    before = restarts("flaky", "7", "ValueError")
+    health = LoopHealth("flaky", 7)
+    supervisor = Supervisor(health, make)
+    supervisor.start()
+    assert stepped.wait(5), "the role never ran after its failures"
+    assert restarts("flaky", "7", "ValueError") - before == 2
+    assert len(health.restarts) == 2 and "boom" in (health.last_failure or "")
+    assert supervisor.stop(timeout_s=5)
+    assert [role.closed for role in made] == [True, True, True]  # every instance was closed
+    assert not health.running
+
+
+def test_watchdog_reports_a_quiet_loop_then_gives_up_once() -> None:
+    stalled: list[str] = []
+    watchdog = Watchdog(
+        report_after_s=0.2, give_up_after_s=0.6, on_stall=lambda h: stalled.append(h.name),
+        interval_s=0.02,
+    )  # fmt: skip
+    quiet = watchdog.watch(LoopHealth("stuck", 3))
+    busy = watchdog.watch(LoopHealth("busy", 3))
+    quiet.running = busy.running = True
+    quiet.handling("orders", 1, 42)
+    keep_beating = threading.Event()
+
+    def beat() -> None:
+        while not keep_beating.wait(0.02):
+            busy.beat()
+
+    beater = threading.Thread(target=beat)
+    beater.start()
+    watchdog.start()
+    try:
+        assert watchdog.problems() == []
+        problems = wait_for(watchdog.problems, 5, "a stall reported")
+        assert len(problems) == 1 and problems[0].startswith("stuck[3] stalled for")
+        assert "orders/1@42" in problems[0]
+        stalled_s = LOOP_STALLED.labels("stuck", "3")._value.get
+        wait_for(lambda: stalled_s() > 0, 5, "the stall in the metric")
+        assert LOOP_STALLED.labels("busy", "3")._value.get() == 0
+        wait_for(lambda: stalled, 5, "give up")
+        time.sleep(0.3)  # a settle window: proves on_stall is not called a second time
+        assert stalled == ["stuck[3]"]
+    finally:
+        keep_beating.set()
+        beater.join()
+        watchdog.stop()
+
+
+def test_a_loop_that_is_not_running_is_never_stalled() -> None:
+    watchdog = Watchdog(report_after_s=0.0, give_up_after_s=0.0, on_stall=lambda h: None)
+    idle = watchdog.watch(LoopHealth("idle", 0))
+    idle.last_beat -= 100
+    assert watchdog.problems() == []
+    idle.running = True
+    assert watchdog.problems()[0].startswith("idle[0] stalled")
+
+
+def test_crash_loop_is_reported_with_the_last_failure() -> None:
+    watchdog = Watchdog(report_after_s=60, give_up_after_s=60, on_stall=lambda h: None)
+    health = watchdog.watch(LoopHealth("delay", 0))
+    now = time.monotonic()
+    for _ in range(supervision.CRASH_LOOP_RESTARTS):
+        health.restarts.append(now)
+    health.last_failure = "timed_out: commit"
+    assert watchdog.problems() == []  # at the threshold, not over it
+    health.restarts.append(now)
+    [problem] = watchdog.problems()
+    assert "delay[0] restarted" in problem and "timed_out: commit" in problem
+    health.restarts.clear()
+    health.restarts.extend([now - supervision.CRASH_LOOP_WINDOW_S - 1] * 4)
+    assert watchdog.problems() == []  # old restarts do not count
