@@ -8,9 +8,10 @@ from pathlib import Path
 import httpx
 from confluent_kafka.admin import AdminClient
 from kafka_helpers import wait_for
+from load_helpers import readiness, ready
 
-from sidecar.broker_for_tests import free_port
-from sidecar.local_kafka import LocalKafka
+from devtools.broker_for_tests import free_port
+from devtools.local_kafka import LocalKafka
 
 
 def test_creates_missing_topics_and_serves_health(sidecar_factory, admin: AdminClient) -> None:
@@ -49,20 +50,23 @@ def test_sigint_also_stops_cleanly(sidecar_factory) -> None:
 
 
 def test_readiness_follows_the_broker(sidecar_factory, tmp_path: Path) -> None:
-    """Readiness goes false when Kafka stops and true again when it returns."""
+    """Readiness goes false when Kafka stops and true again when it returns.
+
+    Each probe opens its own connection, as orchestrators' probes do: when the broker returns,
+    a worker whose long-lived clients stay wedged restarts itself (`sidecar.self_heal`), which
+    drops the connections it held; the probe must then reach the fresh worker."""
     broker = LocalKafka(home=tmp_path / "own-kafka", port=free_port())
     bootstrap = broker.start()
     try:
         sidecar = sidecar_factory("r", bootstrap=bootstrap).start()
-        with sidecar.client() as http:
-            assert http.get("/readyz").status_code == 200
-            broker.stop()
-            wait_for(lambda: http.get("/readyz").status_code == 503, 30, "not ready")
-            body = http.get("/readyz").json()
-            assert body["code"] == "not_ready" and "kafka unreachable" in body["detail"]
-            assert http.get("/healthz").status_code == 200  # alive, just not ready
-            broker.start()
-            wait_for(lambda: http.get("/readyz").status_code == 200, 60, "ready again")
+        assert ready(sidecar.url)
+        broker.stop()
+        wait_for(lambda: "kafka unreachable" in readiness(sidecar.url), 30, "not ready")
+        unready = httpx.get(f"{sidecar.url}/readyz", timeout=5)
+        assert unready.status_code == 503 and unready.json()["code"] == "not_ready"
+        assert httpx.get(f"{sidecar.url}/healthz", timeout=5).status_code == 200  # alive
+        broker.start()
+        wait_for(lambda: ready(sidecar.url), 60, "ready again")
     finally:
         broker.stop()
 
