@@ -10,8 +10,11 @@ One run, one broker, one `kpd run` process (real Kafka, real RocksDB), printing:
   * ingest: N buffer records already on the buffer topic when the sidecar starts, schedules/s from
     the first to the last `kpd_schedules_scheduled_total` increment;
   * sustained dispatch: records due at a fixed rate (default 5k/s for 20 s), scheduled before the
-    first is due; lateness = broker timestamp of the delivered record - kpd-deliver-at, and
-    visible lateness = when a read_committed consumer got it - kpd-deliver-at;
+    first is due; lateness = the broker's append time of the delivered record (its target topic
+    has message.timestamp.type=LogAppendTime) - kpd-deliver-at, and visible lateness = when a
+    read_committed consumer got it - kpd-deliver-at;
+  * mixed load: the same, while far-future schedules arrive on the buffer topic at --mixed-ingest
+    per second (default 15k/s) for as long as the due records flow;
   * burst: N records due in the same millisecond; drain rate = N / (last delivery - due);
   * RSS (VmRSS) of the sidecar with 0 and with each --pending count of far-future schedules.
 Every record is 100 bytes of value, a 16-byte key and one user header.
@@ -20,9 +23,11 @@ Every record is 100 bytes of value, a 16-byte key and one user header.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -53,6 +58,14 @@ def now_ms() -> int:
 
 def create_topic(admin: AdminClient, name: str, partitions: int = 1) -> str:
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    return name
+
+
+def create_target(admin: AdminClient, name: str) -> str:
+    """A target topic whose record timestamps are the broker's append time: lateness at the
+    broker, not from the CreateTime kpd sets itself."""
+    config = {"message.timestamp.type": "LogAppendTime"}
+    admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(timeout=30)
     return name
 
 
@@ -231,6 +244,35 @@ def buffer_records(target: str, n: int, due: Iterator[int], prefix: str) -> Iter
         )
 
 
+class PacedIngest(threading.Thread):
+    """Far-future schedules produced at a steady rate: other producers' load on the buffer topic
+    while due records flow (they must not make those late)."""
+
+    def __init__(self, bootstrap: str, buffer: str, target: str, rate: int, seconds: float):
+        super().__init__(daemon=True)
+        self._bootstrap, self._buffer, self._target = bootstrap, buffer, target
+        self._rate, self._seconds = rate, seconds
+        self.sent = 0
+        self.rate = 0.0
+
+    def run(self) -> None:
+        producer = Producer(
+            {"bootstrap.servers": self._bootstrap, "linger.ms": 5,
+             "partitioner": "murmur2_random"}
+        )  # fmt: skip
+        far = now_ms() + DAY_MS
+        records = buffer_records(self._target, 10**9, iter(lambda: far, None), "mixed-")
+        started = time.monotonic()
+        while (elapsed := time.monotonic() - started) < self._seconds:
+            for key, headers in itertools.islice(records, int(self._rate * elapsed) - self.sent):
+                producer.produce(self._buffer, VALUE, key, headers=headers)
+                self.sent += 1
+            producer.poll(0)
+            time.sleep(0.005)
+        self.rate = self.sent / (time.monotonic() - started)
+        assert producer.flush(60) == 0
+
+
 def lateness_row(rows: np.ndarray, column: int) -> str:
     late = rows[:, column] - rows[:, 0]
     p50, p99, p999 = np.percentile(late, [50, 99, 99.9])
@@ -238,6 +280,49 @@ def lateness_row(rows: np.ndarray, column: int) -> str:
 
 
 # -- the run -----------------------------------------------------------------------------------
+
+
+def sustained(
+    bootstrap: str, admin: AdminClient, sidecar: Sidecar, args: argparse.Namespace, ingest_rate: int
+) -> str:
+    """Records due at `args.rate` per second, all scheduled before the first is due; meanwhile
+    far-future schedules arrive at `ingest_rate` per second. The lateness figures."""
+    target = create_target(admin, f"bench-rate-{uuid.uuid4().hex[:6]}")
+    n = args.rate * args.seconds
+    before = int(sidecar.metrics().get("kpd_schedules_scheduled_total", 0))
+    lead_ms = int(n / 20_000 * 1000) + 8000
+    start_ms = now_ms() + lead_ms
+    interval = 1000 / args.rate
+    produce_fast(
+        bootstrap,
+        sidecar.buffer,
+        buffer_records(target, n, (start_ms + int(i * interval) for i in range(n)), "rate-"),
+    )
+    scheduled, _, _ = sidecar.wait_scheduled(before + n, lead_ms / 1000)
+    if now_ms() > start_ms:
+        print(f"  !! only {scheduled - before} of {n} scheduled before the first was due")
+    far = create_topic(admin, f"bench-far-{uuid.uuid4().hex[:6]}")
+    ingest = PacedIngest(bootstrap, sidecar.buffer, far, ingest_rate, args.seconds)
+    time.sleep(max(0.0, (start_ms - now_ms()) / 1000))  # the far-future load starts with the dues
+    if ingest_rate:
+        ingest.start()
+    rows = read_deliveries(bootstrap, target, n, args.seconds + 120)
+    if ingest_rate:
+        ingest.join()
+        total = before + n + ingest.sent
+        reached, _, _ = sidecar.wait_scheduled(total, 120)
+        load = (
+            f"while {ingest.sent:,} far-future schedules arrived at {ingest.rate:,.0f}/s "
+            f"({reached - before - n:,} of them scheduled within 120 s of the end); "
+        )
+    else:
+        load = ""
+    early = int((rows[:, 1] < rows[:, 0]).sum())
+    return (
+        f"{args.rate}/s due for {args.seconds} s, {load}{len(rows)} delivered, {early} early; "
+        f"lateness at the broker (LogAppendTime) {lateness_row(rows, 1)}; "
+        f"read_committed-visible lateness {lateness_row(rows, 2)}"
+    )
 
 
 def run(bootstrap: str, args: argparse.Namespace) -> None:
@@ -258,31 +343,13 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         rss0 = sidecar.rss_mb()
         print(f"RSS with 0 pending: {rss0:.0f} MB")
 
-        # Sustained dispatch at a fixed due rate, everything scheduled before the first is due.
-        target = create_topic(admin, f"bench-rate-{uuid.uuid4().hex[:6]}")
-        n = args.rate * args.seconds
-        lead_ms = int(n / 20_000 * 1000) + 8000
-        start_ms = now_ms() + lead_ms
-        interval = 1000 / args.rate
-        produce_fast(
-            bootstrap,
-            sidecar.buffer,
-            buffer_records(target, n, (start_ms + int(i * interval) for i in range(n)), "rate-"),
-        )
-        scheduled, _, _ = sidecar.wait_scheduled(n + 0, lead_ms / 1000)
-        if now_ms() > start_ms:
-            print(f"  !! only {scheduled} of {n} scheduled before the first was due")
-        rows = read_deliveries(bootstrap, target, n, args.seconds + 120)
-        early = int((rows[:, 1] < rows[:, 0]).sum())
-        results["dispatch"] = (
-            f"{args.rate}/s for {args.seconds} s, {len(rows)} delivered, {early} early; "
-            f"broker-timestamp lateness {lateness_row(rows, 1)}; "
-            f"read_committed-visible lateness {lateness_row(rows, 2)}"
-        )
+        results["dispatch"] = sustained(bootstrap, admin, sidecar, args, ingest_rate=0)
         print("sustained:", results["dispatch"])
+        results["mixed"] = sustained(bootstrap, admin, sidecar, args, ingest_rate=args.mixed_ingest)
+        print("mixed:", results["mixed"])
 
         # Burst: N due in the same millisecond.
-        target = create_topic(admin, f"bench-burst-{uuid.uuid4().hex[:6]}")
+        target = create_target(admin, f"bench-burst-{uuid.uuid4().hex[:6]}")
         before = sidecar.metrics().get("kpd_schedules_scheduled_total", 0)
         due = now_ms() + int(args.burst / 20_000 * 1000) + 8000
         produce_fast(
@@ -362,6 +429,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         f"({burst_rate / raw_txn:.2f} of txn raw, {burst_rate / raw_plain:.2f} of plain)"
     )
     print(f"sustained dispatch            {results['dispatch']}")
+    print(f"mixed load                    {results['mixed']}")
     print(f"burst                         {results['burst']}")
     for row in rss_rows:
         print(f"RSS                           {row}")
@@ -372,6 +440,9 @@ def main() -> int:
     parser.add_argument("--raw-n", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=5000, help="due records per second")
     parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument(
+        "--mixed-ingest", type=int, default=15_000, help="far-future schedules per second"
+    )
     parser.add_argument("--burst", type=int, default=100_000)
     parser.add_argument(
         "--pending",

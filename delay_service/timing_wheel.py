@@ -24,9 +24,9 @@ Design (mirrors Kafka's ``SystemTimer`` / ``TimingWheel`` / ``TimerTaskList``):
   only moves when a bucket expires, so the cost of ``advance()`` is proportional to the number of
   non-empty buckets passed, not to elapsed milliseconds.  When an overflow bucket expires its
   entries are re-inserted and land in a finer wheel (or are due).
-* ``_ReadyQueue`` holds expired entries, already sorted by order key, as two parallel deques (keys,
+* ``ReadyQueue`` holds expired entries, already sorted by order key, as two parallel deques (keys,
   ids): a 100k-entry burst is sorted once and then drained in ``limit``-sized chunks with O(1)
-  pops.  Entries added when already past due go to ``_LateHeap``, a heap of keys that is merged
+  pops.  Entries added when already past due go to ``LateHeap``, a heap of keys that is merged
   with the ready queue while draining, so every ``advance()`` result is sorted.
 * Cancelling an entry that already sits in the ready queue / late heap is lazy: the index
   (``schedule_id -> order key``) no longer holds that key (keys are unique), so it is skipped.
@@ -41,14 +41,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-from collections import deque
+
+from delay_service.due_queues import SEQ_BITS, LateHeap, ReadyQueue
 
 __all__ = ["TimingWheelTimer"]
-
-# Order key = due_ms << SEQ_BITS | seq with 0 <= seq < 2**SEQ_BITS: more insertions than a
-# process will ever make (584 years at a billion per second), so seq never spills into the due
-# time, and ``key >> SEQ_BITS`` is the due time again (shifts are cheaper than * and //).
-SEQ_BITS = 64
 
 
 class _Bucket:
@@ -207,83 +203,6 @@ class _Wheel:
         return count
 
 
-class _ReadyQueue:
-    """Entries expired out of the wheels, in order-key order: parallel deques of keys and ids."""
-
-    __slots__ = ("_ids", "_keys")
-
-    def __init__(self) -> None:
-        self._keys: deque[int] = deque()
-        self._ids: deque[str] = deque()
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def extend(self, batch: dict[int, str]) -> None:
-        """Append ``order key -> schedule_id`` pairs; all must sort after what is queued."""
-        keys = sorted(batch)
-        self._keys.extend(keys)
-        self._ids.extend([batch[key] for key in keys])
-
-    def head(self, index: dict[str, int]) -> int | None:
-        """Key of the first live entry, after discarding cancelled/replaced ones."""
-        keys, ids = self._keys, self._ids
-        while keys:
-            key = keys[0]
-            if index.get(ids[0]) == key:
-                return key
-            keys.popleft()
-            ids.popleft()
-        return None
-
-    def take(
-        self, out: list[tuple[int, str]], cap: int, stop_key: int, index: dict[str, int]
-    ) -> None:
-        """Move entries with keys below ``stop_key`` to ``out`` until it holds ``cap`` (-1: all).
-
-        Each comes out as ``(due_ms, schedule_id)`` and leaves ``index`` (it is no longer
-        pending); stale ones are dropped on the way.
-        """
-        keys, ids = self._keys, self._ids
-        while keys and keys[0] < stop_key and len(out) != cap:
-            key = keys.popleft()
-            schedule_id = ids.popleft()
-            if index.get(schedule_id) == key:
-                del index[schedule_id]
-                out.append((key >> SEQ_BITS, schedule_id))
-
-
-class _LateHeap:
-    """Entries added when already past the wheel's current tick: a heap of order keys."""
-
-    __slots__ = ("_ids", "_keys")
-
-    def __init__(self) -> None:
-        self._keys: list[int] = []
-        self._ids: dict[int, str] = {}  # order key -> schedule_id (keys are unique)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def push(self, key: int, schedule_id: str) -> None:
-        heapq.heappush(self._keys, key)
-        self._ids[key] = schedule_id
-
-    def head(self, index: dict[str, int]) -> int | None:
-        """Key of the first live entry, after discarding cancelled/replaced ones."""
-        keys, ids = self._keys, self._ids
-        while keys:
-            key = keys[0]
-            if index.get(ids[key]) == key:
-                return key
-            del ids[heapq.heappop(keys)]
-        return None
-
-    def pop(self) -> str:
-        """Remove the head (the entry ``head()`` just returned) and give its id."""
-        return self._ids.pop(heapq.heappop(self._keys))
-
-
 class TimingWheelTimer:
     """Hierarchical timing wheel holding ``schedule_id -> due_ms`` with a millisecond tick.
 
@@ -302,8 +221,8 @@ class TimingWheelTimer:
         # the ready queue / late heap whose key the index does not hold is stale and skipped.
         self._index: dict[str, int] = {}
         self._seq = itertools.count()
-        self._ready = _ReadyQueue()
-        self._late = _LateHeap()
+        self._ready = ReadyQueue()
+        self._late = LateHeap()
 
     # -- public API ---------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ A node whose offset is beyond `KPD_MAX_CLOCK_OFFSET_MS` either way must not lead
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from typing import Any
 
@@ -19,25 +18,21 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message, Prod
 
 from foundation.clock import now_ms
 from foundation.metrics import CLOCK_OFFSET
+from foundation.periodic import PeriodicThread
 
 SAMPLE_EVERY_S = 1.0
 WINDOW = 60  # samples kept: a minute
 
 
-class BrokerClock:
+class BrokerClock(PeriodicThread):
     def __init__(self, producer_config: dict[str, Any], topic: str, node: str) -> None:
+        super().__init__("broker-clock", SAMPLE_EVERY_S)
         self._producer = Producer({**producer_config, "linger.ms": 0, "acks": "all"})
         self._topic, self._node = topic, node
         self._bounds: deque[tuple[int, int]] = deque(maxlen=WINDOW)  # (lower, upper) of offset
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="broker-clock", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        super().stop()
         self._producer.flush(1)
 
     @property
@@ -58,15 +53,10 @@ class BrokerClock:
         upper = min(high for _, high in self._bounds)
         return (lower + upper) // 2
 
-    def _run(self) -> None:
-        while True:
-            sent = now_ms()
-            self._producer.produce(
-                self._topic, self._node.encode(), on_delivery=self._appended(sent)
-            )
-            self._producer.flush(SAMPLE_EVERY_S)  # bounded: a broker away only delays samples
-            if self._stop.wait(SAMPLE_EVERY_S):
-                return
+    def tick(self) -> None:
+        sent = now_ms()
+        self._producer.produce(self._topic, self._node.encode(), on_delivery=self._appended(sent))
+        self._producer.flush(SAMPLE_EVERY_S)  # bounded: a broker away only delays samples
 
     def _appended(self, sent: int) -> Any:
         def report(error: KafkaError | None, message: Message) -> None:

@@ -22,6 +22,7 @@ import structlog
 from confluent_kafka import KafkaException
 
 from foundation.metrics import LEADER_RESTARTS, LOOP_STALLED
+from foundation.periodic import PeriodicThread
 
 log = structlog.get_logger(__name__)
 
@@ -150,7 +151,7 @@ def _close_quietly(role: Role, health: LoopHealth) -> None:
         log.exception("closing a role failed", role=health.role, shard=health.shard)
 
 
-class Watchdog:
+class Watchdog(PeriodicThread):
     """Watches every registered loop; see the module docstring."""
 
     def __init__(
@@ -162,11 +163,9 @@ class Watchdog:
     ) -> None:
         self.report_after_s, self.give_up_after_s = report_after_s, give_up_after_s
         self._on_stall = on_stall
-        self._interval_s = interval_s
+        super().__init__("watchdog", interval_s, join_s=2)
         self._loops: list[LoopHealth] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
         self._gave_up = False
 
     def watch(self, health: LoopHealth) -> LoopHealth:
@@ -179,13 +178,6 @@ class Watchdog:
             if health in self._loops:
                 self._loops.remove(health)
         LOOP_STALLED.labels(health.role, str(health.shard)).set(0)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
 
     def problems(self) -> list[str]:
         """Stalled and crash-looping loops, for /readyz."""
@@ -205,19 +197,18 @@ class Watchdog:
                 )
         return found
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            now = time.monotonic()
-            with self._lock:
-                loops = list(self._loops)
-            for health in loops:
-                quiet = health.quiet_s(now)
-                stalled = max(0.0, quiet - self.report_after_s)
-                LOOP_STALLED.labels(health.role, str(health.shard)).set(round(stalled, 3))
-                if quiet > self.give_up_after_s and not self._gave_up:
-                    self._gave_up = True
-                    log.error(
-                        "loop stalled past its bound; giving up", loop=health.name,
-                        quiet_s=round(quiet, 1), record=health.current,
-                    )  # fmt: skip
-                    self._on_stall(health)
+    def tick(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            loops = list(self._loops)
+        for health in loops:
+            quiet = health.quiet_s(now)
+            stalled = max(0.0, quiet - self.report_after_s)
+            LOOP_STALLED.labels(health.role, str(health.shard)).set(round(stalled, 3))
+            if quiet > self.give_up_after_s and not self._gave_up:
+                self._gave_up = True
+                log.error(
+                    "loop stalled past its bound; giving up", loop=health.name,
+                    quiet_s=round(quiet, 1), record=health.current,
+                )  # fmt: skip
+                self._on_stall(health)

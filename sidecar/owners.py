@@ -6,11 +6,10 @@ member list (each member's client id carries its HTTP address).
 
 from __future__ import annotations
 
-import threading
-
 import structlog
 from confluent_kafka.admin import AdminClient
 
+from foundation.periodic import PeriodicThread
 from sidecar.membership import Member, Membership
 
 log = structlog.get_logger(__name__)
@@ -18,27 +17,18 @@ log = structlog.get_logger(__name__)
 REFRESH_S = 1.0
 
 
-class Owners:
+class Owners(PeriodicThread):
     def __init__(self, membership: Membership, admin: AdminClient, timeout_s: float) -> None:
+        super().__init__("owners", REFRESH_S, join_s=timeout_s + 1)
         self._membership, self._admin, self._timeout_s = membership, admin, timeout_s
         self.by_shard: dict[int, str] = {}  # replaced whole, so readers never see it half-made
         self.members: list[Member] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="owners", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self._timeout_s + 1)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                members = self._membership.members(self._admin, self._timeout_s)
-                self.by_shard = {s: m.url for m in members for s in m.shards}
-                self.members = sorted(members, key=lambda m: m.member_id)
-            except Exception as error:  # Kafka away: keep the last answer, /readyz says why
-                log.debug("cannot list shard owners", error=str(error))
-            self._stop.wait(REFRESH_S)
+    def tick(self) -> None:
+        try:
+            members = self._membership.members(self._admin, self._timeout_s)
+        except Exception as error:  # Kafka away: keep the last answer, /readyz says why
+            log.debug("cannot list shard owners", error=str(error))
+            return
+        self.by_shard = {s: m.url for m in members for s in m.shards}
+        self.members = sorted(members, key=lambda m: m.member_id)

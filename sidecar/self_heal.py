@@ -10,13 +10,14 @@ away, fresh clients fail too and nothing restarts: readiness says why meanwhile.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 from confluent_kafka.admin import AdminClient
+
+from foundation.periodic import PeriodicThread
 
 log = structlog.get_logger(__name__)
 
@@ -25,7 +26,7 @@ CLIENT_REASONS = ("kafka unreachable", "shard leaders not known", "kpd topics no
 CHECK_EVERY_S = 1.0
 
 
-class SelfHeal:
+class SelfHeal(PeriodicThread):
     def __init__(
         self,
         client_config: dict[str, Any],
@@ -33,29 +34,20 @@ class SelfHeal:
         heal_after_s: float,
         on_wedged: Callable[[str], None],
     ) -> None:
+        super().__init__("self-heal", CHECK_EVERY_S)
         self._config = client_config
         self._reasons, self._heal_after_s, self._on_wedged = reasons, heal_after_s, on_wedged
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="self-heal", daemon=True)
+        self._since: float | None = None  # when client-side trouble began, while fresh ones work
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        since: float | None = None  # when the client-side trouble started, while fresh ones work
-        while not self._stop.wait(CHECK_EVERY_S):
-            trouble = [r for r in self._reasons() if r.startswith(CLIENT_REASONS)]
-            if not trouble or not self._fresh_client_reaches_kafka():
-                since = None
-                continue
-            since = since or time.monotonic()
-            if time.monotonic() - since >= self._heal_after_s:
-                self._on_wedged("; ".join(trouble))
-                return
+    def tick(self) -> None:
+        trouble = [r for r in self._reasons() if r.startswith(CLIENT_REASONS)]
+        if not trouble or not self._fresh_client_reaches_kafka():
+            self._since = None
+            return
+        self._since = self._since or time.monotonic()
+        if time.monotonic() - self._since >= self._heal_after_s:
+            self.stop()  # once: the worker is on its way out
+            self._on_wedged("; ".join(trouble))
 
     def _fresh_client_reaches_kafka(self) -> bool:
         try:

@@ -12,11 +12,10 @@ predecessor answers again, the early takeover ends and the group's word holds.
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import structlog
 
+from foundation.periodic import PeriodicThread
 from sidecar.owners import Owners
 
 log = structlog.get_logger(__name__)
@@ -26,36 +25,30 @@ PROBE_TIMEOUT_S = 0.5
 FAILURES = 3  # about a second of silence
 
 
-class Successor:
+class Successor(PeriodicThread):
     def __init__(self, owners: Owners, url: str) -> None:
+        super().__init__("successor", PROBE_EVERY_S)
         self._owners, self._url = owners, url
         self.shards: frozenset[int] = frozenset()  # taken over early, not (yet) assigned here
         self._failures: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="successor", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
+        self._http = httpx.Client(timeout=PROBE_TIMEOUT_S)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        super().stop()
+        self._http.close()
 
-    def _run(self) -> None:
-        with httpx.Client(timeout=PROBE_TIMEOUT_S) as http:
-            while not self._stop.wait(PROBE_EVERY_S):
-                watched = self._predecessor()
-                if watched is None:
-                    self.shards = frozenset()
-                    continue
-                url, shards = watched
-                failures = 0 if _answers(http, url) else self._failures.get(url, 0) + 1
-                self._failures = {url: failures}
-                taken = shards if failures >= FAILURES else frozenset()
-                if taken and taken != self.shards:
-                    log.warning("taking over a silent sidecar's shards", sidecar=url,
-                                shards=sorted(taken))  # fmt: skip
-                self.shards = taken
+    def tick(self) -> None:
+        watched = self._predecessor()
+        if watched is None:
+            self.shards = frozenset()
+            return
+        url, shards = watched
+        failures = 0 if _answers(self._http, url) else self._failures.get(url, 0) + 1
+        self._failures = {url: failures}
+        taken = shards if failures >= FAILURES else frozenset()
+        if taken and taken != self.shards:
+            log.warning("taking over a silent sidecar's shards", sidecar=url, shards=sorted(taken))
+        self.shards = taken
 
     def _predecessor(self) -> tuple[str, frozenset[int]] | None:
         """The member this one watches, with the shards the group gives it."""

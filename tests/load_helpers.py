@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Callable
 
 import httpx
-from confluent_kafka import KafkaError, Producer
-from kafka_helpers import buffer_record
+from confluent_kafka import KafkaError, Message, Producer
+from kafka_helpers import TopicReader, assert_exactly_once, assert_never_early, buffer_record
 
 from kpd_client import KpdClient
 
@@ -23,7 +23,7 @@ class DelayLoad:
             {"bootstrap.servers": bootstrap, "enable.idempotence": True,
              "message.timeout.ms": 300_000, "linger.ms": 5}
         )  # fmt: skip
-        self._buffer, self._target = buffer, target
+        self._bootstrap, self._buffer, self._target = bootstrap, buffer, target
         self.acknowledged: set[str] = set()
         self.failed: list[str] = []
         self._stop = threading.Event()
@@ -39,6 +39,17 @@ class DelayLoad:
         left = self._producer.flush(60)
         if failure is None:
             assert left == 0, f"{left} schedules never reached the buffer topic"
+
+    def assert_delivered(self, quiet_s: float = 2.0) -> list[Message]:
+        """Every schedule the buffer acknowledged reached the target exactly once, never early
+        (after the load stopped; `quiet_s` of silence shows nothing more comes)."""
+        assert not self.failed
+        with TopicReader(self._bootstrap, self._target) as reader:
+            reader.read_count(len(self.acknowledged), 120)
+            messages = reader.read_for(quiet_s)
+        assert_exactly_once(messages, self.acknowledged)
+        assert_never_early(messages)
+        return messages
 
     def _run(self) -> None:
         i = 0
@@ -85,6 +96,12 @@ class PopLoad:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+
+    def assert_each_acked_once(self, values: list[bytes]) -> None:
+        """Every job reached the worker, each was acked once, none came back after its ack."""
+        assert self.seen == set(values), "a job was never handed to the worker"
+        assert max(self.acked.values()) == 1, "a job was acked twice"
+        assert self.after_ack == [], "an acked job came back"
 
     def _run(self) -> None:
         clients = [KpdClient(url, timeout_s=30) for url in self.urls]

@@ -17,9 +17,6 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_helpers import (
-    TopicReader,
-    assert_exactly_once,
-    assert_never_early,
     led_shards,
     now_ms,
     unique,
@@ -96,14 +93,8 @@ def test_broker_restarts_under_load_lose_nothing(sidecar_factory, broker: LocalK
             recoveries.append(round(time.monotonic() - back, 1))
         wait_for(lambda: settled(pop), 120, "every job settled (lag 0, nothing in flight)")
     print(f"\nready again after the broker returned ({OUTAGE_CYCLES} cycles): {recoveries} s")
-    assert not delay.failed
-    with TopicReader(bootstrap, target) as reader:
-        reader.read_count(len(delay.acknowledged), 120)
-        messages = reader.read_for(2.0)
-    assert_exactly_once(messages, delay.acknowledged)
-    assert_never_early(messages)
-    assert pop.seen == set(values), "a job was never handed to the worker"
-    assert max(pop.acked.values()) == 1, "a job was acked twice"
+    delay.assert_delivered()
+    pop.assert_each_acked_once(values)
 
 
 def test_a_paused_broker_shows_as_a_stall_and_nothing_is_lost(
@@ -138,12 +129,7 @@ def test_a_paused_broker_shows_as_a_stall_and_nothing_is_lost(
             f"{leader.worker_pids() != workers_before}"
         )
     assert reported_s < 5
-    assert not delay.failed
-    with TopicReader(bootstrap, target) as reader:
-        reader.read_count(len(delay.acknowledged), 120)
-        messages = reader.read_for(2.0)
-    assert_exactly_once(messages, delay.acknowledged)
-    assert_never_early(messages)
+    delay.assert_delivered()
 
 
 def test_a_paused_leader_is_fenced_and_delivers_nothing_twice(
@@ -168,9 +154,4 @@ def test_a_paused_leader_is_fenced_and_delivers_nothing_twice(
         a.signal(signal.SIGCONT)
         wait_for(lambda: ready(a.url), 60, "the old leader is back, as a standby or fresh")
     print(f"\nb took over {taken_over_ms} ms after a was paused")
-    assert not delay.failed
-    with TopicReader(bootstrap, target) as reader:
-        reader.read_count(len(delay.acknowledged), 120)
-        messages = reader.read_for(3.0)
-    assert_exactly_once(messages, delay.acknowledged)
-    assert_never_early(messages)
+    delay.assert_delivered(quiet_s=3.0)

@@ -200,14 +200,8 @@ def test_a_sidecar_joining_under_load_takes_shards_and_loses_nothing(
         wait_for(lambda: spread([a, b, c]), 60, "c takes shards from a and b")
         wait_for(lambda: len(delay.acknowledged) > 400, 60, "load after the join")
         wait_for(lambda: settled(pop), 120, "every job settled")
-    assert not delay.failed
-    with TopicReader(kafka_bootstrap, target) as reader:
-        reader.read_count(len(delay.acknowledged), 120)
-        messages = reader.read_for(2.0)
-    assert_exactly_once(messages, delay.acknowledged)
-    assert_never_early(messages)
-    assert pop.seen == set(values) and max(pop.acked.values()) == 1
-    assert pop.after_ack == [], "an acked job came back"
+    delay.assert_delivered(quiet_s=2.0)
+    pop.assert_each_acked_once(values)
 
 
 def test_killed_and_paused_shard_owners_lose_nothing(sidecar_factory, new_topic, kafka_bootstrap):
@@ -230,14 +224,8 @@ def test_killed_and_paused_shard_owners_lose_nothing(sidecar_factory, new_topic,
         c.signal(signal.SIGCONT)
         wait_for(lambda: len(delay.acknowledged) > 600, 60, "load after the chaos")
         wait_for(lambda: settled(pop), 120, "every job settled")
-    assert not delay.failed
-    with TopicReader(kafka_bootstrap, target) as reader:
-        reader.read_count(len(delay.acknowledged), 120)
-        messages = reader.read_for(3.0)
-    assert_exactly_once(messages, delay.acknowledged)
-    assert_never_early(messages)
-    assert pop.seen == set(values) and max(pop.acked.values()) == 1
-    assert pop.after_ack == [], "an acked job came back"
+    delay.assert_delivered(quiet_s=3.0)
+    pop.assert_each_acked_once(values)
 
 
 def test_a_killed_sidecar_s_shards_deliver_again_before_its_session_ends(
@@ -254,11 +242,7 @@ def test_a_killed_sidecar_s_shards_deliver_again_before_its_session_ends(
         wait_for(lambda: led_shards(a) == set(range(SHARDS)), 30, "a leads every shard")
         taken_ms = now_ms() - killed_ms
         wait_for(lambda: len(delay.acknowledged) > 400, 60, "load after the kill")
-    with TopicReader(kafka_bootstrap, target) as reader:
-        reader.read_count(len(delay.acknowledged), 120)
-        messages = reader.read_for(2.0)
-    assert_exactly_once(messages, delay.acknowledged)
-    assert_never_early(messages)
+    messages = delay.assert_delivered()
     late = sorted(m.timestamp()[1] - int(dict(m.headers())["kpd-deliver-at"]) for m in messages)
     print(f"\nb's shards led by a {taken_ms} ms after the kill; worst lateness {late[-1]} ms")
     assert taken_ms < 5_000  # before the 6 s session timeout: the successor took over early
