@@ -27,6 +27,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -68,10 +69,8 @@ def broker_pid() -> int:
 
 class Sidecar(SidecarProcess):
     def __init__(self, bootstrap: str, home: Path, namespace: str, name: str, **settings: str):
-        env = isolated_env(
-            bootstrap, name, home / name, namespace, log_level="WARNING", shards=str(SHARDS),
-            **settings,
-        )  # fmt: skip
+        settings = {"log_level": "WARNING", "shards": str(SHARDS), **settings}
+        env = isolated_env(bootstrap, name, home / name, namespace, **settings)
         super().__init__(env, home / f"{name}.log")
 
     def cpu(self) -> dict[int, float]:
@@ -87,8 +86,10 @@ class Sidecar(SidecarProcess):
         }
 
 
-def log_nodes(bootstrap: str, topic: str, event: str, n: int, timeout_s: float) -> Counter[str]:
-    """Which node wrote each of n `event` records of the delivery log."""
+def log_nodes(
+    bootstrap: str, topic: str, event: str, target: str, n: int, timeout_s: float
+) -> Counter[str]:
+    """Which node wrote each of n `event` records about `target` in the delivery log."""
     c = consumer(bootstrap, topic)
     nodes: Counter[str] = Counter()
     deadline = time.monotonic() + timeout_s
@@ -96,7 +97,7 @@ def log_nodes(bootstrap: str, topic: str, event: str, n: int, timeout_s: float) 
         for m in c.consume(5000, 0.2):
             if m.error() is None:
                 record = orjson.loads(m.value())
-                if record["event"] == event:
+                if record["event"] == event and record["target"] == target:
                     nodes[record["node"]] += 1
     c.close()
     return nodes
@@ -121,17 +122,24 @@ def wait_metric(url: str, name: str, total: float, limit_s: float) -> tuple[floa
     raise RuntimeError(f"{name} stayed below {total} for {limit_s} s")
 
 
-def pop_ack_client(url: str, group: str, topic: str, stop_at: float, out: multiprocessing.Queue):
-    acked = 0
+def pop_ack_client(
+    url: str, group: str, topic: str, total: int, acked: Any, stop_at: float, out: Any
+) -> None:
+    """Pop 100 at a time and ack them, until the clients together acked `total` (or time is up);
+    report when this client's last ack was answered."""
+    last = time.monotonic()
     with httpx.Client(base_url=url, timeout=60) as http:
-        while time.monotonic() < stop_at:
+        while acked.value < total and time.monotonic() < stop_at:
             body = {"max_messages": 100, "wait_ms": 200}
             messages = http.post(f"/v1/groups/{group}/topics/{topic}/pop", json=body).json()
             receipts = [m["receipt"] for m in messages.get("messages", [])]
             if receipts:
-                http.post(f"/v1/groups/{group}/ack", json={"receipts": receipts}).raise_for_status()
-                acked += len(receipts)
-    out.put(acked)
+                answer = http.post(f"/v1/groups/{group}/ack", json={"receipts": receipts})
+                settled = sum(r["status"] == "acked" for r in answer.json()["results"])
+                last = time.monotonic()
+                with acked.get_lock():
+                    acked.value += settled
+    out.put(last)
 
 
 # -- workers ---------------------------------------------------------------------------------
@@ -162,42 +170,62 @@ def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path
         first, last = wait_metric(sidecar.url, "kpd_schedules_scheduled_total", n, 600)
         result["ingest"] = n / max(last - first, 1e-3)
         result["ingest_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, n)
-        result["ingest_share"] = log_nodes(bootstrap, log, "scheduled", n, 120)
+        result["ingest_share"] = log_nodes(bootstrap, log, "scheduled", target, n, 120)
         # Burst: n due at one instant, a few seconds ahead.
-        burst_due = now_ms() + int(n / 20_000 * 1000) + 8_000
+        # Due once all of it is scheduled: at the ingest rate just measured, with room to spare.
+        burst_due = now_ms() + int(n / result["ingest"] * 1500) + 8_000
         produce_fast(bootstrap, buffer, schedules(target, "b", n, burst_due))
         wait_metric(sidecar.url, "kpd_schedules_scheduled_total", 2 * n, 600)
         cpu0, broker0 = sidecar.cpu(), cpu_s(broker)
-        _, done = wait_metric(sidecar.url, "kpd_schedules_delivered_total", n + 1, 600)
+        _, done = wait_metric(sidecar.url, "kpd_schedules_delivered_total", n, 600)
         result["burst"] = n / max(done - (burst_due / 1000 - time.time() + time.monotonic()), 1e-3)
         result["burst_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, n)
-        result["burst_share"] = log_nodes(bootstrap, log, "delivered", n, 120)
+        result["burst_share"] = log_nodes(bootstrap, log, "delivered", target, n, 120)
         # Pop + ack at batch 100 from 4 client processes, over the shared port.
         topic = create_topic(admin, f"bench-scale-p-{uuid.uuid4().hex[:6]}", SHARDS)
         produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
         group = f"g-{uuid.uuid4().hex[:6]}"
-        httpx.post(f"{sidecar.url}/v1/groups/{group}/topics/{topic}/pop",
-                   json={"max_messages": 1, "wait_ms": 2000}, timeout=60)  # fmt: skip
+        n_pop = n - warm_up(sidecar.url, group, topic)
         cpu0, broker0 = sidecar.cpu(), cpu_s(broker)
         started = time.monotonic()
         out: multiprocessing.Queue = multiprocessing.Queue()
+        counter = multiprocessing.Value("q", 0)
         clients = [
             multiprocessing.Process(
-                target=pop_ack_client, args=(sidecar.url, group, topic, started + 30, out)
+                target=pop_ack_client,
+                args=(sidecar.url, group, topic, n_pop, counter, started + 300, out),
             )
             for _ in range(4)
         ]
         for client in clients:
             client.start()
-        acked = sum(out.get() for _ in clients)
+        last = max(out.get() for _ in clients)
         for client in clients:
             client.join()
-        result["pop"] = acked / (time.monotonic() - started)
+        acked = counter.value
+        result["pop"] = acked / (last - started)
         result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, acked)
-        result["pop_share"] = log_nodes(bootstrap, log, "delivered", n + acked, 120)
+        result["pop_share"] = log_nodes(bootstrap, log, "delivered", topic, acked, 120)
     finally:
         sidecar.stop()
     return result
+
+
+def warm_up(url: str, group: str, topic: str) -> int:
+    """Pop and ack until one message came (every shard reads the topic); how many were acked.
+    An unacked one would come back only after its lease, so the clients could not finish."""
+    deadline = time.monotonic() + 60
+    with httpx.Client(base_url=url, timeout=60) as http:
+        while time.monotonic() < deadline:
+            answer = http.post(f"/v1/groups/{group}/topics/{topic}/pop",
+                               json={"max_messages": 1, "wait_ms": 2000})  # fmt: skip
+            receipts = [m["receipt"] for m in answer.json().get("messages", [])]
+            if receipts:
+                http.post(f"/v1/groups/{group}/ack", json={"receipts": receipts}).raise_for_status()
+                return len(receipts)
+            print(f"  warm-up pop: {answer.status_code} {answer.text[:200]}")
+            time.sleep(0.5)
+    raise RuntimeError("no message popped within 60 s")
 
 
 def _cpu_split(now: dict[int, float], before: dict[int, float], broker: float, n: int) -> str:
@@ -233,6 +261,7 @@ def failover(bootstrap: str, admin: AdminClient, kills: int, home: Path) -> list
             results.append((first - killed_at) / 1000)
             victim.launch(timeout_s=300)
     finally:
+        producer.flush(10)
         reader.close()
         for node in nodes:
             node.stop()
@@ -277,7 +306,6 @@ def takeover(bootstrap: str, admin: AdminClient, records: int, home: Path) -> tu
     namespace = f"bench-to-{uuid.uuid4().hex[:6]}"
     one = {"workers": "1", "shards": "1", "election_session_timeout_ms": "6000"}
     a = Sidecar(bootstrap, home / f"to{records}", namespace, "a", **one)
-    a.env["KPD_SHARDS"] = "1"
     history = create_topic(admin, f"{namespace}.pop-state")  # settled leases of long ago
     _settled_history(bootstrap, history, records)
     started = time.monotonic()
