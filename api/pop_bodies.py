@@ -105,7 +105,7 @@ class PartitionStats(BaseModel):
 class TopicStats(BaseModel):
     available: int
     in_flight: int
-    retrying: int
+    retrying: int = Field(description="retry copies fetched and waiting for a pop")
     partitions: dict[str, PartitionStats]
 
 

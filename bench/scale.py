@@ -382,12 +382,12 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
+        "--workers", type=lambda s: [int(x) for x in s.split(",") if x], default=[1, 2, 4]
     )
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument(
-        "--pop-state", type=lambda s: [int(x) for x in s.split(",")], default=[10_000, 1_000_000]
+        "--pop-state", type=lambda s: [int(x) for x in s.split(",") if x], default=[10_000, 1_000_000]
     )
     args = parser.parse_args()
     home = ROOT / ".kpd" / "bench-kafka"

@@ -1,12 +1,13 @@
 """Shards: how kpd's work is split among sidecars (DESIGN principle 2).
 
-A shard owns the partitions `p` with `p % shards == s` of each of kpd's state topics, and every
-key that lands there: a schedule id, a pop lane (group, source topic, partition). Keys land where
-Kafka's own (Java) partitioner puts them, murmur2 of the key modulo the partition count, so a
-record kpd writes for a key is in the partition its shard reads, whoever wrote it, and a
-deployment made before shards existed (one election partition, any number of state partitions)
-is a valid one-shard deployment. New deployments create every state topic with one partition per
-shard, so there shard(key) is simply partition(key).
+A shard owns the partitions `p` with `p % shards == s` of each of kpd's state topics, and what
+is placed there: schedule ids and pop lanes (group, source topic, partition). An id lands where
+Kafka's own (Java) partitioner puts it, murmur2 of the id modulo the partition count, so a record
+anyone writes keyed by an id is in the partition its shard reads. A topic's lanes go round the
+partitions from a start hashed from (group, topic), so its load spreads evenly (kpd writes their
+records to that partition explicitly). A deployment made before shards existed (one election
+partition, any number of state partitions) is a valid one-shard deployment. New deployments
+create every state topic with one partition per shard, so there shard(key) is partition(key).
 """
 
 from __future__ import annotations
@@ -73,9 +74,20 @@ class ShardMap:
     def of_key(self, key: str) -> int:
         return self.of_partition(self.partition_of_key(key))
 
+    def lane_partition(self, group: str, topic: str, partition: int) -> int:
+        """The state-topic partition of a lane: one partition of a popped (or retry) topic for one
+        group. A topic's partitions go round-robin over the state partitions, from a start hashed
+        from (group, topic), so a topic with as many partitions as there are shards gives every
+        shard one lane; hashing each lane alone left one of four workers with none. One shard keeps
+        the per-lane hash that deployments made before shards wrote their pop state under."""
+        if self.shards == 1:
+            return _cached_partition(lane_key(group, topic, partition), self.state_partitions)
+        start = _cached_partition(f"{group}/{topic}", self.state_partitions)
+        return (start + partition) % self.state_partitions
+
     def of_lane(self, group: str, topic: str, partition: int) -> int:
-        """The shard that serves one partition of a popped (or retry) topic for one group."""
-        return self.of_key(lane_key(group, topic, partition))
+        """The shard that serves one lane."""
+        return self.of_partition(self.lane_partition(group, topic, partition))
 
 
 def lane_key(group: str, topic: str, partition: int) -> str:

@@ -12,8 +12,10 @@ cannot be interrupted, and only a fresh process frees what it holds.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -43,6 +45,7 @@ class LoopHealth:
         self.running = False  # beats are expected only while the loop runs
         self.restarts: deque[float] = deque(maxlen=CRASH_LOOP_RESTARTS + 1)
         self.last_failure: str | None = None
+        self.thread_id: int | None = None  # the thread running the loop, for a stack when stalled
 
     @property
     def name(self) -> str:
@@ -56,6 +59,11 @@ class LoopHealth:
 
     def quiet_s(self, now: float) -> float:
         return now - self.last_beat if self.running else 0.0
+
+    def stack(self) -> str:
+        """Where the loop's thread is now: the call a stalled loop is stuck in."""
+        frame = sys._current_frames().get(self.thread_id or -1)
+        return "".join(traceback.format_stack(frame)[-8:]) if frame is not None else "(not running)"
 
     def crash_looping(self, now: float) -> bool:
         recent = [t for t in self.restarts if now - t < CRASH_LOOP_WINDOW_S]
@@ -105,6 +113,7 @@ class Supervisor:
         return self._stop.is_set()
 
     def _run(self) -> None:
+        self.health.thread_id = threading.get_ident()
         attempt = 0
         while not self._stop.is_set():
             health = self.health
@@ -209,6 +218,6 @@ class Watchdog(PeriodicThread):
                 self._gave_up = True
                 log.error(
                     "loop stalled past its bound; giving up", loop=health.name,
-                    quiet_s=round(quiet, 1), record=health.current,
+                    quiet_s=round(quiet, 1), record=health.current, stack=health.stack(),
                 )  # fmt: skip
                 self._on_stall(health)

@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from foundation.bounded_call import call_within
 from foundation.record_size import record_bytes
 
 VERDICTS = frozenset(
@@ -132,7 +133,10 @@ class Transaction:
 
     def send_offsets(self, offsets: list[Any], group_metadata: Any) -> None:
         self.begin()
-        self._producer.send_offsets_to_transaction(offsets, group_metadata, self._timeout_s)
+        call_within(
+            self._timeout_s, "send_offsets_to_transaction",
+            self._producer.send_offsets_to_transaction, offsets, group_metadata, self._timeout_s,
+        )  # fmt: skip
 
     def commit(self) -> None:
         """Commit; `RecordsRefused` (after aborting) if the broker refused tagged records."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import structlog
 
 from foundation.clock import now_ms
-from foundation.shards import ShardMap, lane_key
+from foundation.shards import ShardMap
 from revive.ledger import PartitionLedger
 from revive.records import CheckpointRecord, StateRecord, apply
 
@@ -75,7 +75,7 @@ class PopState:
     def partition_of(self, key: LedgerKey) -> int:
         """The pop-state partition of a ledger: its source partition's, so its shard's."""
         group, lane, partition = key
-        return self._shards.partition_of_key(lane_key(group, lane.split("/", 1)[0], partition))
+        return self._shards.lane_partition(group, lane.split("/", 1)[0], partition)
 
     def wrote(self, key: LedgerKey, checkpoints: list[int], partition: int, offset: int) -> None:
         """A state record of `key` holding `checkpoints` is at `partition`/`offset`."""

@@ -23,7 +23,7 @@ from kafka_helpers import (
     wait_delivering,
     wait_for,
 )
-from load_helpers import DelayLoad, PopLoad, readiness, ready, settled
+from load_helpers import DelayLoad, PopLoad, readiness, ready
 
 from devtools.broker_for_tests import free_port
 from devtools.local_kafka import LocalKafka
@@ -73,7 +73,7 @@ def test_broker_restarts_under_load_lose_nothing(sidecar_factory, broker: LocalK
     recoveries = []
     with (
         DelayLoad(bootstrap, sidecars[0].env["KPD_BUFFER_TOPIC"], target) as delay,
-        PopLoad(sidecars[1].url, unique("g"), popped) as pop,
+        PopLoad(sidecars[1].url, unique("g"), popped, values, 2) as pop,
     ):
         for _ in range(OUTAGE_CYCLES):
             wait_for(lambda: len(delay.acknowledged) > 50, 60, "delay load flowing")
@@ -91,10 +91,10 @@ def test_broker_restarts_under_load_lose_nothing(sidecar_factory, broker: LocalK
                     f"{sidecar.env['KPD_NODE_ID']} ready after the broker returned",
                 )  # fmt: skip
             recoveries.append(round(time.monotonic() - back, 1))
-        wait_for(lambda: settled(pop), 120, "every job settled (lag 0, nothing in flight)")
+        pop.wait_settled()
     print(f"\nready again after the broker returned ({OUTAGE_CYCLES} cycles): {recoveries} s")
     delay.assert_delivered()
-    pop.assert_each_acked_once(values)
+    pop.assert_each_acked_once()
 
 
 def test_a_paused_broker_shows_as_a_stall_and_nothing_is_lost(

@@ -28,7 +28,7 @@ from kafka_helpers import (
     unique,
     wait_for,
 )
-from load_helpers import DelayLoad, PopLoad, settled
+from load_helpers import DelayLoad, PopLoad
 
 from kpd_client import KpdClient, KpdError
 
@@ -193,15 +193,15 @@ def test_a_sidecar_joining_under_load_takes_shards_and_loses_nothing(
     produce_all(make_producer(kafka_bootstrap), popped, [(None, v, []) for v in values])
     with (
         DelayLoad(kafka_bootstrap, a.env["KPD_BUFFER_TOPIC"], target) as delay,
-        PopLoad([a.url, b.url], unique("g"), popped) as pop,
+        PopLoad([a.url, b.url], unique("g"), popped, values, SHARDS) as pop,
     ):
         wait_for(lambda: len(delay.acknowledged) > 100 and pop.acked, 60, "load flowing")
         (c,) = start(sidecar_factory, "c")
         wait_for(lambda: spread([a, b, c]), 60, "c takes shards from a and b")
         wait_for(lambda: len(delay.acknowledged) > 400, 60, "load after the join")
-        wait_for(lambda: settled(pop), 120, "every job settled")
+        pop.wait_settled()
     delay.assert_delivered(quiet_s=2.0)
-    pop.assert_each_acked_once(values)
+    pop.assert_each_acked_once()
 
 
 def test_killed_and_paused_shard_owners_lose_nothing(sidecar_factory, new_topic, kafka_bootstrap):
@@ -213,7 +213,7 @@ def test_killed_and_paused_shard_owners_lose_nothing(sidecar_factory, new_topic,
     produce_all(make_producer(kafka_bootstrap), popped, [(None, v, []) for v in values])
     with (
         DelayLoad(kafka_bootstrap, a.env["KPD_BUFFER_TOPIC"], target) as delay,
-        PopLoad(a.url, unique("g"), popped) as pop,
+        PopLoad(a.url, unique("g"), popped, values, SHARDS) as pop,
     ):
         wait_for(lambda: len(delay.acknowledged) > 100 and pop.acked, 60, "load flowing")
         b.terminate(signal.SIGKILL)
@@ -223,9 +223,9 @@ def test_killed_and_paused_shard_owners_lose_nothing(sidecar_factory, new_topic,
         time.sleep(1)  # a works alone for a moment before the zombie wakes
         c.signal(signal.SIGCONT)
         wait_for(lambda: len(delay.acknowledged) > 600, 60, "load after the chaos")
-        wait_for(lambda: settled(pop), 120, "every job settled")
+        pop.wait_settled()
     delay.assert_delivered(quiet_s=3.0)
-    pop.assert_each_acked_once(values)
+    pop.assert_each_acked_once()
 
 
 def test_a_killed_sidecar_s_shards_deliver_again_before_its_session_ends(

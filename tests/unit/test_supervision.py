@@ -121,3 +121,22 @@ def test_crash_loop_is_reported_with_the_last_failure() -> None:
     health.restarts.clear()
     health.restarts.extend([now - supervision.CRASH_LOOP_WINDOW_S - 1] * 4)
     assert watchdog.problems() == []  # old restarts do not count
+
+
+def test_a_stalled_loop_says_which_call_it_is_stuck_in() -> None:
+    release = threading.Event()
+
+    class StuckRole(FlakyRole):
+        def step(self) -> None:
+            release.wait(10)  # stands for a Kafka call that ignores its timeout
+
+    health = LoopHealth("stuck", 4)
+    supervisor = Supervisor(health, lambda _: StuckRole(0, threading.Event()))
+    assert health.stack() == "(not running)"
+    supervisor.start()
+    try:
+        wait_for(lambda: "release.wait(10)" in health.stack(), 5, "the stuck call in the stack")
+        assert "in step" in health.stack()
+    finally:
+        release.set()
+        assert supervisor.stop(timeout_s=5)

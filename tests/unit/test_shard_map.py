@@ -1,0 +1,64 @@
+"""Where keys and lanes land: Kafka's own partitioner, and an even spread of a topic's lanes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from foundation.shards import ShardMap, lane_key, murmur2, partition_of
+
+# Apache Kafka's UtilsTest.testMurmur2 vectors, as Java's signed ints.
+JAVA_VECTORS = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+@pytest.mark.parametrize(("data", "signed"), JAVA_VECTORS.items())
+def test_murmur2_is_kafkas(data: bytes, signed: int) -> None:
+    assert murmur2(data) == signed & 0xFFFFFFFF
+
+
+def test_a_keyed_record_lands_where_kafkas_partitioner_puts_it() -> None:
+    assert partition_of(b"foobar", 50) == 16
+
+
+@pytest.mark.parametrize(("shards", "topic_partitions"), [(2, 2), (4, 4), (8, 8), (4, 12)])
+def test_a_topics_lanes_spread_evenly_over_shards(shards: int, topic_partitions: int) -> None:
+    shard_map = ShardMap(shards, shards)
+    for group, topic in [("g", "orders"), ("billing", "kpd.retry.billing"), ("a", "b")]:
+        per_shard = Counter(shard_map.of_lane(group, topic, p) for p in range(topic_partitions))
+        assert set(per_shard) == set(range(shards))
+        assert set(per_shard.values()) == {topic_partitions // shards}
+
+
+def test_lanes_of_different_topics_start_on_different_shards() -> None:
+    shard_map = ShardMap(8, 8)
+    starts = {shard_map.of_lane("g", f"topic-{i}", 0) for i in range(64)}
+    assert len(starts) > 4
+
+
+def test_a_lane_is_owned_by_the_shard_of_its_state_partition() -> None:
+    shard_map = ShardMap(4, 12)
+    for p in range(24):
+        partition = shard_map.lane_partition("g", "orders", p)
+        assert 0 <= partition < 12
+        assert shard_map.of_lane("g", "orders", p) == partition % 4
+        assert partition in shard_map.partitions(shard_map.of_lane("g", "orders", p))
+
+
+def test_one_shard_keeps_the_per_lane_placement_of_deployments_before_shards() -> None:
+    shard_map = ShardMap(1, 6)
+    for p in range(12):
+        expected = partition_of(lane_key("g", "orders", p).encode(), 6)
+        assert shard_map.lane_partition("g", "orders", p) == expected
+
+
+def test_fewer_partitions_than_shards_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least as many partitions"):
+        ShardMap(4, 2)
