@@ -379,16 +379,17 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         )
 
 
+def _numbers(text: str) -> list[int]:
+    """`1,2,4` -> [1, 2, 4]; empty -> [] (skip that part)."""
+    return [int(x) for x in text.split(",") if x]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--workers", type=lambda s: [int(x) for x in s.split(",") if x], default=[1, 2, 4]
-    )
+    parser.add_argument("--workers", type=_numbers, default=[1, 2, 4])
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument(
-        "--pop-state", type=lambda s: [int(x) for x in s.split(",") if x], default=[10_000, 1_000_000]
-    )
+    parser.add_argument("--pop-state", type=_numbers, default=[10_000, 1_000_000])
     args = parser.parse_args()
     home = ROOT / ".kpd" / "bench-kafka"
     with broker_for_tests(os.environ, home) as bootstrap:
