@@ -36,7 +36,7 @@ from delay_service.timing_wheel import TimingWheelTimer
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.config import Settings
-from foundation.kafka_clients import state_consumer, transactional_producer
+from foundation.kafka_clients import HELD_FETCH_MS, state_consumer, transactional_producer
 from foundation.state_follower import StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth
@@ -87,7 +87,9 @@ class DelayLeader:
         self._transactional_id = settings.state_topic(f"delay-leader-{shard}")
         self._producer = transactional_producer(self._producer_config, self._transactional_id)
         self._consumer = state_consumer(
-            deps.client_config, settings.state_topic("delay"), **{"fetch.wait.max.ms": 10}
+            deps.client_config,
+            settings.state_topic("delay"),
+            **{"fetch.wait.max.ms": HELD_FETCH_MS},
         )
         # Known targets are checked again each second: one deleted meanwhile is caught before
         # its write could fail the transaction.

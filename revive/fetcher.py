@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from foundation.kafka_clients import state_consumer
+from foundation.kafka_clients import HELD_FETCH_MS, state_consumer
 from revive.copies import Provenance, trusted_or_flagged
 
 PAUSE_AT = 5_000  # buffered records per partition before fetching pauses (bounds memory)
@@ -49,7 +49,7 @@ class GroupFetcher:
         owns: Callable[[str, int], bool],
     ) -> None:
         self.group, self.retry_topic = group, retry_topic
-        self.consumer = state_consumer(client_config, group, **{"fetch.wait.max.ms": 5})
+        self.consumer = state_consumer(client_config, group, **{"fetch.wait.max.ms": HELD_FETCH_MS})
         self._last_leased = last_leased  # offsets up to it are known to the ledgers already
         self._owns = owns  # (topic, partition) -> does this shard serve that source partition?
         self.topics: set[str] = set()
