@@ -36,7 +36,12 @@ from delay_service.timing_wheel import TimingWheelTimer
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.config import Settings
-from foundation.kafka_clients import HELD_FETCH_MS, state_consumer, transactional_producer
+from foundation.kafka_clients import (
+    HELD_FETCH_MS,
+    release_producer,
+    state_consumer,
+    transactional_producer,
+)
 from foundation.state_follower import StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth
@@ -146,7 +151,7 @@ class DelayLeader:
 
     def close(self) -> None:
         self._consumer.close()
-        self._producer.flush(1)
+        release_producer(self._producer)
         for gauge in (metrics.PENDING, metrics.DUE_BACKLOG):  # another node reports them now
             gauge.labels(str(self.shard)).set(0)
 

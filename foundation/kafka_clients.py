@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from foundation.config import Settings
@@ -89,3 +90,10 @@ def state_consumer(client_config: dict[str, Any], group_id: str, **overrides: An
             **overrides,
         }
     )
+
+
+def release_producer(producer: Producer) -> None:
+    """Let a leader's producer send what it still holds, for a second at most. One that was fenced
+    or failed for good has nothing it may send and raises: that is why its role stops, not news."""
+    with contextlib.suppress(KafkaException):
+        producer.flush(1)

@@ -28,7 +28,7 @@ import structlog
 from confluent_kafka import TopicPartition
 
 from foundation.config import Settings
-from foundation.kafka_clients import transactional_producer
+from foundation.kafka_clients import release_producer, transactional_producer
 from foundation.shards import ShardMap
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicSpec, ensure_topics, with_message_limit
@@ -184,7 +184,7 @@ class PopService:
             fetcher.close()
         self._reader.close()
         self._floor.close()
-        self._producer.flush(1)
+        release_producer(self._producer)
 
     def _drain(self, block: bool = True) -> list[tuple[Request, Future[Any]]]:
         items = []

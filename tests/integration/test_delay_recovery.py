@@ -12,6 +12,8 @@ import signal
 import time
 
 import httpx
+import pytest
+from confluent_kafka import KafkaException
 from kafka_helpers import (
     TopicReader,
     assert_exactly_once,
@@ -24,9 +26,12 @@ from kafka_helpers import (
     metric_values,
     now_ms,
     produce_all,
+    unique,
     wait_delivering,
     wait_for,
 )
+
+from foundation.kafka_clients import release_producer, transactional_producer
 
 SESSION_TIMEOUT_MS = "2000"
 
@@ -196,3 +201,18 @@ def test_failover_to_the_standby_mid_backlog(sidecar_factory, new_topic, kafka_b
         f"{first_by_standby - killed_ms} ms (session timeout {SESSION_TIMEOUT_MS} ms); "
         f"deliveries by node {by_node}"
     )
+
+
+def test_a_fenced_leaders_producer_is_let_go_quietly(new_topic, kafka_bootstrap) -> None:
+    """A role whose producer a newer leader fenced stops; releasing that producer must not fail
+    (it has nothing it may send) so the stop is not reported as a second failure."""
+    config, topic, txn_id = {"bootstrap.servers": kafka_bootstrap}, new_topic(), unique("txn")
+    zombie = transactional_producer(config, txn_id)
+    zombie.init_transactions(10)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"never visible")
+    transactional_producer(config, txn_id).init_transactions(10)  # the new leader fences it
+    with pytest.raises(KafkaException) as fenced:
+        zombie.commit_transaction(10)
+    assert fenced.value.args[0].fatal()
+    release_producer(zombie)
