@@ -149,12 +149,6 @@ class Sidecar(SidecarProcess):
     def start(self) -> float:
         return self.launch(timeout_s=300)
 
-    def cpu_s(self) -> float:
-        """User + system CPU seconds of the sidecar process so far (all its threads)."""
-        assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def warm(self, group: str, topic: str) -> None:
         """First pop of a group creates its fetcher (and retry / DLQ topics): do it untimed."""
         with httpx.Client(base_url=self.url, timeout=60) as http:

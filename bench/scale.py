@@ -49,18 +49,12 @@ from delay import (  # noqa: E402
 )
 
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
-from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
+from devtools.local_sidecar import SidecarProcess, isolated_env, process_cpu_s  # noqa: E402
 from foundation.shards import ShardMap  # noqa: E402
 from revive.ledger import Outcome  # noqa: E402
 from revive.records import AckRecord, CheckpointRecord, pack_batch  # noqa: E402
 
 SHARDS = 8
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def broker_pid() -> int:
@@ -81,7 +75,7 @@ class Sidecar(SidecarProcess):
         super().__init__(env, home / f"{name}.log")
 
     def cpu(self) -> dict[int, float]:
-        return {pid: cpu_s(pid) for pid in self.worker_pids()}
+        return {pid: process_cpu_s(pid) for pid in self.worker_pids()}
 
     def led(self) -> set[int]:
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
@@ -162,11 +156,11 @@ def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path
         target = create_topic(admin, f"bench-scale-t-{uuid.uuid4().hex[:6]}")
         buffer = sidecar.env["KPD_BUFFER_TOPIC"]
         due = now_ms() + 3_600_000
-        cpu0, broker0 = sidecar.cpu(), cpu_s(broker)
+        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
         produce_fast(bootstrap, buffer, schedules(target, "i", n, due))
         ingested = LogCount(bootstrap, log, "scheduled", target, n, 600)
         result["ingest"] = ingested.rate()
-        result["ingest_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, n)
+        result["ingest_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, n)
         result["ingest_share"] = ingested.nodes
         # Burst: n due at one instant, on a target of its own with the broker's clock.
         # Due once all of it is scheduled: at the ingest rate just measured, with room to spare.
@@ -177,17 +171,17 @@ def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path
         produce_fast(bootstrap, buffer, schedules(burst_target, "b", n, burst_due))
         scheduled = LogCount(bootstrap, log, "scheduled", burst_target, n, 600)
         result["burst_valid"] = scheduled.count == n and scheduled.last_ms < burst_due
-        cpu0, broker0 = sidecar.cpu(), cpu_s(broker)
+        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
         rows = read_deliveries(bootstrap, burst_target, n, 600)
         result["burst"] = len(rows) / max((rows[:, 1].max() - burst_due) / 1000, 1e-3)
-        result["burst_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, n)
+        result["burst_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, n)
         result["burst_share"] = LogCount(bootstrap, log, "delivered", burst_target, n, 120).nodes
         # Pop + ack at batch 100 from 4 client processes, over the shared port.
         topic = create_topic(admin, f"bench-scale-p-{uuid.uuid4().hex[:6]}", SHARDS)
         produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
         group = f"g-{uuid.uuid4().hex[:6]}"
         n_pop = n - warm_up(sidecar.url, group, topic)
-        cpu0, broker0 = sidecar.cpu(), cpu_s(broker)
+        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
         started = time.monotonic()
         out: multiprocessing.Queue = multiprocessing.Queue()
         counter = multiprocessing.Value("q", 0)
@@ -205,7 +199,7 @@ def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path
             client.join()
         acked = counter.value
         result["pop"] = acked / (last - started)
-        result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, cpu_s(broker) - broker0, acked)
+        result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, acked)
         result["pop_share"] = LogCount(bootstrap, log, "delivered", topic, acked, 120).nodes
     finally:
         sidecar.stop()

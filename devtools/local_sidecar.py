@@ -119,10 +119,21 @@ class SidecarProcess:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         return [int(child) for child in children]
 
+    def cpu_s(self) -> float:
+        """User + system CPU seconds so far of the supervisor and its workers together."""
+        assert self.process is not None
+        return sum(process_cpu_s(pid) for pid in [self.process.pid, *self.worker_pids()])
+
     def rss_mb(self) -> float:
         """Resident memory of the supervisor and its workers together."""
         assert self.process is not None
         return sum(_rss_kb(pid) for pid in [self.process.pid, *self.worker_pids()]) / 1024
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_kb(pid: int) -> int:
