@@ -96,6 +96,8 @@ class PopLoad:
         self.acked: Counter[bytes] = Counter()  # acks answered acked / acked_late
         self.after_ack: list[bytes | None] = []  # popped again after an ack: must stay empty
         self.history: dict[bytes, list[str]] = {}  # what happened to each job, for failures
+        # Since when every pop came back empty and without error (None: the last one did not).
+        self.empty_since: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -108,10 +110,17 @@ class PopLoad:
         self._thread.join()
 
     def wait_settled(self, timeout_s: float = 120, quiet_s: float = 3.0) -> None:
-        """Until every job is acked and the group idle, then `quiet_s` more of popping: a retry
-        copy of a lease kpd lost track of would come back through the delay service by then."""
+        """Until every job is acked and the group idle, then until the worker's pops have come
+        back empty for `quiet_s` after that: a retry copy of a lease kpd lost track of would come
+        back through the delay service by then (and land in `after_ack`)."""
         wait_for(self._settled, timeout_s, "every job acked, lag 0, nothing in flight")
-        time.sleep(quiet_s)
+        settled_at = time.monotonic()
+
+        def quiet() -> bool:
+            since = self.empty_since
+            return since is not None and time.monotonic() - max(since, settled_at) >= quiet_s
+
+        wait_for(quiet, timeout_s, f"{quiet_s} s of empty pops after settling")
 
     def assert_each_acked_once(self) -> None:
         """Every job reached the worker, each was acked once, none came back after its ack."""
@@ -132,7 +141,8 @@ class PopLoad:
         except Exception:
             return False
         lags = {int(p): numbers["lag"] for p, numbers in stats["partitions"].items()}
-        return stats.get("in_flight") == 0 and lags == dict.fromkeys(range(self.partitions), 0)
+        idle = stats.get("in_flight") == 0 and stats.get("retrying") == 0
+        return idle and lags == dict.fromkeys(range(self.partitions), 0)
 
     def _run(self) -> None:
         clients = [KpdClient(url, timeout_s=30) for url in self.urls]
@@ -141,13 +151,20 @@ class PopLoad:
             try:
                 self._pop_and_ack(clients[turn % len(clients)])
             except Exception:  # Kafka away, leadership moving: what a worker rides out
+                self.empty_since = None
                 time.sleep(0.2)
             turn += 1
         for client in clients:
             client.__exit__()
 
     def _pop_and_ack(self, kpd: KpdClient) -> None:
+        sent = time.monotonic()
         popped = kpd.pop(self.group, self.topic, max_messages=20, wait_ms=500)
+        if not popped:  # nothing to ack (an empty ack is refused)
+            if self.empty_since is None:
+                self.empty_since = sent  # the long poll found nothing since it was sent
+            return
+        self.empty_since = None
         self.after_ack += [m.value for m in popped if self.acked[m.value or b""]]
         self.seen.update(m.value or b"" for m in popped)
         for m in popped:
