@@ -204,11 +204,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.input is not None:
             progress(f"reading {args.input}")
-            parsed = read_files(spark, args.input)
+            log = read_files(spark, args.input)
             source = {"kind": "files", "description": f"files {args.input}", "input": args.input}
         else:
             progress(f"reading Kafka topic {args.topic} from {args.bootstrap}")
-            parsed = read_kafka(spark, args)
+            log = read_kafka(spark, args)
             source = {
                 "kind": "kafka",
                 "description": f"Kafka {args.bootstrap} topic {args.topic}",
@@ -222,7 +222,7 @@ def _run(args: argparse.Namespace) -> int:
             grace_ms=args.grace_ms,
             list_limit=args.list_limit,
         )
-        result = reconcile.reconcile(parsed, params, progress)
+        result = reconcile.reconcile(log.records, params, progress, cache=log.cache)
         summary = _finish(result, args, source, spark.version)
         progress("writing report")
         for name, table in result.tables.items():

@@ -2,11 +2,12 @@
 
 The work on the log, in order (Spark jobs over the data; the rest runs on small results):
 
-1. the in-window records are cached: the source is read once;
-2. one aggregation of the cache into a frequency table (`spark.lateness`): counts by target,
+1. the in-window records are cached, so a costly source (Kafka, JSON) is read and parsed once;
+   typed Parquet is read again by each pass instead, only the columns that pass needs;
+2. one aggregation of the log into a frequency table (`spark.lateness`): counts by target,
    group and event, malformed reasons, the time window, both lateness measures;
 3. one aggregation of the delay events per schedule id: missing, pending and duplicated ids;
-4. only for anomaly kinds whose count is not zero: one scan of the cache for the early, late and
+4. only for anomaly kinds whose count is not zero: one scan of the log for the early, late and
    malformed rows, and one for the details of duplicated ids.
 
 Missing, pending and duplicates concern delay schedules (events without a `group`). Pop
@@ -97,14 +98,19 @@ class _Dims:
 
 
 def reconcile(
-    parsed: DataFrame, params: Params, progress: Callable[[str], None] = lambda _msg: None
+    parsed: DataFrame,
+    params: Params,
+    progress: Callable[[str], None] = lambda _msg: None,
+    cache: bool = True,
 ) -> Result:
-    """Compute every figure of the audit from parsed records."""
-    cached = _in_window(parsed, params).persist(StorageLevel.MEMORY_AND_DISK)
+    """Compute every figure of the audit from parsed records (cached first if `cache`)."""
+    events = _in_window(parsed, params)
+    if cache:
+        events = events.persist(StorageLevel.MEMORY_AND_DISK)
     freq = schedules = None
     try:
         progress("reading and aggregating the log")
-        freq = Frequencies.of(cached, params.late_threshold_ms)
+        freq = Frequencies.of(events, params.late_threshold_ms)
         dims = _Dims()
         reasons: dict[str, int] = {}
         first_at = last_at = None
@@ -130,7 +136,7 @@ def reconcile(
         histograms = {m: freq.histogram(m, dims.overall[m]) for m in MEASURES}
 
         progress("missing and duplicated deliveries")
-        schedules = _per_schedule(cached, end_ms, params.grace_ms).persist(
+        schedules = _per_schedule(events, end_ms, params.grace_ms).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         for row in schedules.groupBy("kind", "target").count().collect():
@@ -140,9 +146,9 @@ def reconcile(
         progress("collecting anomaly lists")
         counts = {kind: dims.overall[kind] for kind in ANOMALY_KINDS[:-1]}
         counts["malformed"] = sum(reasons.values())
-        tables = _lists(cached, schedules, counts, params)
+        tables = _lists(events, schedules, counts, params)
     finally:
-        for frame in (schedules, cached):
+        for frame in (schedules, events):
             if frame is not None:
                 frame.unpersist()
         if freq is not None:
@@ -239,7 +245,7 @@ def _per_schedule(events: DataFrame, end_ms: int | None, grace_ms: int) -> DataF
 
 
 def _lists(
-    cached: DataFrame, schedules: DataFrame, counts: dict[str, int], params: Params
+    events: DataFrame, schedules: DataFrame, counts: dict[str, int], params: Params
 ) -> dict[str, pa.Table]:
     """Anomaly tables (at most `list_limit` rows each); no Spark job for a kind with none."""
     early = F.col("lat") < 0
@@ -247,7 +253,7 @@ def _lists(
     malformed = F.col("malformed_reason").isNotNull()
     conditions = {"early": early, "late": late, "malformed": malformed}
     wanted = [cond for kind, cond in conditions.items() if counts[kind]]
-    flagged = cached.filter(_any(wanted)).persist() if wanted else cached.limit(0)
+    flagged = events.filter(_any(wanted)).persist() if wanted else events.limit(0)
 
     def deliveries(condition: Column) -> DataFrame:
         lateness = {"lateness_ms": F.col("lat"), "dispatch_lateness_ms": F.col("disp")}
@@ -264,7 +270,7 @@ def _lists(
             "early": _arrow(deliveries(early), limit, "lateness_ms"),
             "late": _arrow(deliveries(late), limit, "dispatch_lateness_ms", descending=True),
             "missing": _arrow(missing, limit, "due_ms"),
-            "duplicates": _arrow(_duplicates(cached, schedules, counts), limit, "id"),
+            "duplicates": _arrow(_duplicates(events, schedules, counts), limit, "id"),
             "malformed": _arrow(
                 flagged.filter(malformed).select(
                     "source", F.col("malformed_reason").alias("reason"), "raw"
@@ -284,9 +290,9 @@ def _any(conditions: list[Column]) -> Column:
     return out
 
 
-def _duplicates(cached: DataFrame, schedules: DataFrame, counts: dict[str, int]) -> DataFrame:
+def _duplicates(events: DataFrame, schedules: DataFrame, counts: dict[str, int]) -> DataFrame:
     """Each duplicated id with its deliveries (the ids are few: a broadcast semi-join)."""
-    delivered = _valid_delay(cached).filter(F.col("event") == "delivered")
+    delivered = _valid_delay(events).filter(F.col("event") == "delivered")
     if counts["duplicates"]:
         ids = schedules.filter(F.col("kind") == "duplicates").select("id")
         delivered = delivered.join(F.broadcast(ids), "id", "left_semi")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -13,7 +14,19 @@ from spark import parse
 TIMESTAMP_SLACK_MS = 60_000
 
 
-def read_kafka(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+class Log(NamedTuple):
+    """Parsed records, and whether the audit should cache them rather than read them again.
+
+    Kafka and JSON text are costly to read and parse more than once. Typed Parquet is not: a
+    pass reads only the columns it needs, which took less time than building the cache (10M
+    records: 41 s against 47 s for the whole audit, BENCHMARKS.md).
+    """
+
+    records: DataFrame
+    cache: bool
+
+
+def read_kafka(spark: SparkSession, args: argparse.Namespace) -> Log:
     """`args.bootstrap` and `args.topic` (resolved from flags or settings), range options."""
     reader = (
         spark.read.format("kafka")
@@ -36,29 +49,32 @@ def read_kafka(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     for key, value in args.kafka_option:
         reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
     raw = reader.load()
-    return parse.parse_json_records(
+    records = parse.parse_json_records(
         raw.select(
             F.col("value").cast("string").alias("value"),
             F.format_string("kafka:%s/%d@%d", "topic", "partition", "offset").alias("source"),
         )
     )
+    return Log(records, cache=True)
 
 
-def read_files(spark: SparkSession, path: str) -> DataFrame:
+def read_files(spark: SparkSession, path: str) -> Log:
     """JSON lines (one record per line) or Parquet: typed columns, or a Kafka-style `value`."""
     if _is_parquet(path):
         df = spark.read.parquet(path)
         source = F.col("_metadata.file_path")
         if "value" in df.columns and "event" not in df.columns:
-            return parse.parse_json_records(
+            records = parse.parse_json_records(
                 df.select(F.col("value").cast("string").alias("value"), source.alias("source"))
             )
-        return parse.normalize_typed(df, source)
+            return Log(records, cache=True)
+        return Log(parse.normalize_typed(df, source), cache=False)
     # Blank lines (a trailing newline, hand-edited files) are not records, so not malformed.
     raw = spark.read.text(path).filter(F.trim(F.col("value")) != "")
-    return parse.parse_json_records(
+    records = parse.parse_json_records(
         raw.select("value", F.col("_metadata.file_path").alias("source"))
     )
+    return Log(records, cache=True)
 
 
 def _is_parquet(path: str) -> bool:
