@@ -171,13 +171,23 @@ class PopRouter:
 
     async def stats(self, group: str, local: bool) -> dict[str, Any]:
         node = self._node
+        services = {shard: node.pop_service(shard) for shard in range(node.shard_map.shards)}
         parts = [
             await asyncio.to_thread(service.stats, group)
-            for shard in range(node.shard_map.shards)
-            if (service := node.pop_service(shard)) is not None
+            for service in services.values()
+            if service is not None
         ]
         if not local:
-            urls = set(node.owners().values()) - {node.url}
+            owners = node.owners()
+            # Stats with a shard left out would read as lower figures: say it is moving instead.
+            unled = [
+                shard
+                for shard, service in services.items()
+                if service is None and owners.get(shard, node.url) == node.url
+            ]
+            if unled:
+                raise leadership_moving("no_leader", f"no sidecar leads shards {unled} now")
+            urls = set(owners.values()) - {node.url}
             parts += await asyncio.gather(
                 *(self._forward(url, f"/v1/groups/{group}", None) for url in sorted(urls))
             )

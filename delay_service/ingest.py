@@ -104,8 +104,9 @@ class Ingest:
                 # Its cancel came first: record and say so again now that the target is known,
                 # so the audit books the cancel under the target it was meant for (once).
                 filled = Schedule(
-                    request.schedule_id, State.CANCELLED, request.target, request.due_ms,
-                    enqueued_ms=enqueued_ms, at_ms=current.at_ms, reason=current.reason,
+                    schedule_id=request.schedule_id, state=State.CANCELLED,
+                    target=request.target, due_ms=request.due_ms, enqueued_ms=enqueued_ms,
+                    at_ms=current.at_ms, reason=current.reason,
                 )  # fmt: skip
                 self._writes.state(step, filled)
                 self._writes.log(
@@ -115,14 +116,14 @@ class Ingest:
                 )  # fmt: skip
             return
         record = Schedule(
-            request.schedule_id,
-            State.SCHEDULED,
-            request.target,
-            request.due_ms,
-            message.key(),
-            message.value(),
-            request.headers,
-            enqueued_ms,
+            schedule_id=request.schedule_id,
+            state=State.SCHEDULED,
+            target=request.target,
+            due_ms=request.due_ms,
+            key=message.key(),
+            value=message.value(),
+            headers=request.headers,
+            enqueued_ms=enqueued_ms,
         )
         self._writes.state(step, record)
         self._writes.log(
@@ -147,7 +148,7 @@ class Ingest:
             current.settled(State.CANCELLED, at, "cancelled")
             if current is not None
             else Schedule(
-                schedule_id, State.CANCELLED, "", 0, at_ms=at,
+                schedule_id=schedule_id, state=State.CANCELLED, target="", due_ms=0, at_ms=at,
                 reason="cancelled before it was scheduled",
             )
         )  # fmt: skip

@@ -15,11 +15,10 @@ RocksDB column families:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 
-import msgpack
+import msgspec
 import structlog
 from confluent_kafka import Message
 
@@ -45,59 +44,63 @@ class State(StrEnum):
     CANCELLED = "cancelled"
 
 
-@dataclass(slots=True)
-class Schedule:
-    schedule_id: str
+_STORED_NAMES = {
+    "schedule_id": "i",
+    "state": "s",
+    "target": "t",
+    "due_ms": "d",
+    "key": "k",
+    "value": "v",
+    "headers": "h",
+    "enqueued_ms": "e",
+    "at_ms": "a",
+    "reason": "r",
+}
+
+
+class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, rename=_STORED_NAMES):
+    """One schedule's state; stored (topic value, RocksDB) as a msgpack map of short names.
+
+    Decoded and encoded in C by msgspec. The map is the one kpd has always written: absent
+    optional fields take their defaults, and fields at their defaults are left out.
+    """
+
+    schedule_id: str = ""  # the record's key, never part of the stored value
     state: State
     target: str
     due_ms: int
     key: bytes | None = None
     value: bytes | None = None
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    headers: list[tuple[str, bytes | None]] = []
     enqueued_ms: int = 0
     at_ms: int | None = None  # when it was delivered or cancelled
     reason: str | None = None
 
     def encode(self) -> bytes:
-        body: dict[str, object] = {
-            "s": str(self.state),
-            "t": self.target,
-            "d": self.due_ms,
-            "e": self.enqueued_ms,
-        }
-        if self.state is State.SCHEDULED:
-            body.update(k=self.key, v=self.value, h=[list(h) for h in self.headers])
-        else:
-            body.update(a=self.at_ms, r=self.reason)
-        return msgpack.packb(body, use_bin_type=True)
+        return _ENCODER.encode(msgspec.structs.replace(self, schedule_id=""))
 
     @classmethod
     def decode(cls, schedule_id: str, data: bytes) -> Schedule:
-        body = msgpack.unpackb(data, raw=False)
-        return cls(
-            schedule_id=schedule_id,
-            state=State(body["s"]),
-            target=body["t"],
-            due_ms=body["d"],
-            key=body.get("k"),
-            value=body.get("v"),
-            headers=[(str(n), None if v is None else bytes(v)) for n, v in body.get("h") or []],
-            enqueued_ms=body.get("e", 0),
-            at_ms=body.get("a"),
-            reason=body.get("r"),
-        )
+        """Raises `msgspec.DecodeError` (a `ValueError`) on a value kpd did not write."""
+        schedule = _DECODER.decode(data)
+        schedule.schedule_id = schedule_id
+        return schedule
 
     def settled(self, state: State, at_ms: int, reason: str | None = None) -> Schedule:
         """The terminal record that replaces this one (no payload)."""
         return Schedule(
-            self.schedule_id,
-            state,
-            self.target,
-            self.due_ms,
+            schedule_id=self.schedule_id,
+            state=state,
+            target=self.target,
+            due_ms=self.due_ms,
             enqueued_ms=self.enqueued_ms,
             at_ms=at_ms,
             reason=reason,
         )
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(Schedule)
 
 
 def _moves_forward(current: Schedule, record: Schedule) -> bool:
@@ -145,13 +148,19 @@ class ScheduleIndex:
         data = self._store.get(SCHEDULE_CF, schedule_id.encode())
         return None if data is None else Schedule.decode(schedule_id, data)
 
-    def stage(self, batch: Batch, records: Iterable[Schedule]) -> list[Schedule]:
+    def stage(
+        self,
+        batch: Batch,
+        records: Iterable[Schedule],
+        found: Mapping[str, Schedule | None] | None = None,
+    ) -> list[Schedule]:
         """Stage `records` (in order) into `batch`; return those that changed state.
 
         A record that would go backwards is skipped: terminal states are final, and the same id
         scheduled twice keeps the first schedule. Later records see earlier ones of the batch.
+        `found` holds ids' current states the caller has read already (not read again).
         """
-        staged: dict[str, Schedule | None] = {}
+        staged: dict[str, Schedule | None] = dict(found or {})
         applied = []
         pending: dict[int, int] = {}
         for record in records:

@@ -18,6 +18,9 @@ class Step:
     def __init__(self, producer: Producer, timeout_s: float) -> None:
         self.txn = Transaction(producer, timeout_s)
         self.records: dict[str, Schedule] = {}  # latest state per id, as this step leaves it
+        # State per id as the index held it when this step first looked: applying the step's
+        # records after the commit starts from it instead of reading RocksDB again.
+        self.found: dict[str, Schedule | None] = {}
         self.ordered: list[Schedule] = []
         self.delivered_due_ms: list[int] = []  # due times of this step's deliveries
         self.scheduled = self.cancelled = self.invalid = self.forwarded = 0
@@ -40,7 +43,7 @@ class Step:
     def index_batch(self, store: Store, index: ScheduleIndex, schedules_topic: str) -> Batch:
         """The RocksDB batch of this step's records, with the schedules positions they reach."""
         batch = store.batch()
-        index.stage(batch, self.ordered)
+        index.stage(batch, self.ordered, self.found)
         # The index now holds these state records: a restart need not read them again.
         for partition, last in self._state_ends.items():
             stage_position(batch, schedules_topic, partition, last + 1)

@@ -39,7 +39,13 @@ class StepWrites:
         self.refused = refused  # verdicts of an aborted attempt, by record tag
 
     def lookup(self, step: Step, schedule_id: str) -> Schedule | None:
-        return step.records.get(schedule_id) or self.index.get(schedule_id)
+        """The id's state as this step leaves it so far (the index read once per step)."""
+        if schedule_id in step.records:
+            return step.records[schedule_id]
+        if schedule_id not in step.found:
+            # Only this shard's leader writes its ids, so the index cannot change under the step.
+            step.found[schedule_id] = self.index.get(schedule_id)
+        return step.found[schedule_id]
 
     def state(self, step: Step, record: Schedule) -> None:
         def written(error: KafkaError | None, message: Message) -> None:
