@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +30,8 @@ from devtools.local_kafka import LocalKafka
 DEFAULT_VERSIONS = ("3.6.2", "3.9.1", "4.2.1")
 DEFAULT_PARTITIONS = 3
 TEST_PATHS = ("tests/integration", "tests/compat")
+# The client checks run these; without them a run of minutes would end in their failures.
+CLIENT_TOOLS = {"kcat": "apt-get install kcat", "node": "apt-get install nodejs"}
 ROOT = Path(__file__).resolve().parent.parent
 WORK_DIR = ROOT / ".kpd" / "compat"
 
@@ -113,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args(argv)
     releases = [KafkaRelease(v) for v in args.versions]  # refuse a bad version before any run
+    missing = [f"{tool} ({how})" for tool, how in CLIENT_TOOLS.items() if not shutil.which(tool)]
+    if missing:
+        print(f"make compat needs {', '.join(missing)}", file=sys.stderr)
+        return 2
     WORK_DIR.mkdir(parents=True, exist_ok=True)
     outcomes = [run_release(r.version, args.partitions, args.pytest_args) for r in releases]
     table = matrix(outcomes, args.partitions)
