@@ -18,8 +18,26 @@ class OffsetCommitter:
         self._state = state
         self._sent: dict[tuple[str, str, int], int] = {}  # last offset sent per group partition
 
-    def commit(self, fetchers: dict[str, GroupFetcher], step: PopStep) -> None:
-        for group in step.groups:
+    def unsent(self, fetchers: dict[str, GroupFetcher]) -> set[str]:
+        """Groups with a partition whose watermark this leader has not committed yet.
+
+        A leader that took over may have recovered acks its predecessor never committed to the
+        group: with no later record of the group (every message already acked), nothing else
+        would move the group's offset, and its lag would stay for good.
+        """
+        return {
+            group
+            for group, fetcher in fetchers.items()
+            for tp in fetcher.assignment
+            if (group, tp.topic, tp.partition) not in self._sent
+            and self._low_watermark(group, fetcher, tp.topic, tp.partition) is not None
+        }
+
+    def commit(
+        self, fetchers: dict[str, GroupFetcher], step: PopStep, also: set[str] | None = None
+    ) -> None:
+        """Send the watermarks that moved, of the groups this step touched and of `also`."""
+        for group in step.groups | (also or set()):
             fetcher = fetchers.get(group)
             if fetcher is None:
                 continue

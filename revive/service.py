@@ -158,10 +158,11 @@ class PopService:
         for fetcher in self._fetchers.values():
             self._leaser.dead_letter_untrusted(fetcher, step)
         floors = self._floors_to_send()
-        if step.txn.open or floors:
+        unsent = self._offsets.unsent(self._fetchers)
+        if step.txn.open or floors or unsent:
             self._copier.write(step)
             step.write_records(self.state_topic, self.state)
-            self._offsets.commit(self._fetchers, step)
+            self._offsets.commit(self._fetchers, step, also=unsent)
             if floors:
                 offsets = [TopicPartition(self.state_topic, p, o) for p, o in floors.items()]
                 step.txn.send_offsets(offsets, self._floor.consumer.consumer_group_metadata())

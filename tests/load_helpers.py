@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import httpx
+import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from kafka_helpers import (
     TopicReader,
@@ -113,7 +114,14 @@ class PopLoad:
         """Until every job is acked and the group idle, then until the worker's pops have come
         back empty for `quiet_s` after that: a retry copy of a lease kpd lost track of would come
         back through the delay service by then (and land in `after_ack`)."""
-        wait_for(self._settled, timeout_s, "every job acked, lag 0, nothing in flight")
+        why: list[str] = []
+
+        def settled() -> bool:
+            why[:] = [self._unsettled()]
+            return not why[0]
+
+        if not wait_for(settled, timeout_s, fail=False):
+            pytest.fail(f"not settled after {timeout_s} s (every job acked, lag 0, idle): {why[0]}")
         settled_at = time.monotonic()
 
         def quiet() -> bool:
@@ -130,19 +138,20 @@ class PopLoad:
         told = {v: self.history.get(v) for v in [*twice, *back][:3]}
         assert not twice and not back, f"acked twice: {twice}, came back: {back}; {told}"
 
-    def _settled(self) -> bool:
-        """Every job acked and the group idle: every partition of the topic reported with lag 0,
-        none in flight."""
-        if set(self.acked) != self.jobs:
-            return False
+    def _unsettled(self) -> str:
+        """ "" once every job is acked and the group idle (every partition of the topic reported
+        with lag 0, none in flight); else what is still missing."""
+        missing = self.jobs - set(self.acked)
+        if missing:
+            return f"{len(missing)} jobs not acked, e.g. {sorted(missing)[:3]}"
         try:
             with KpdClient(self.url) as kpd:
                 stats = kpd.group(self.group)["topics"].get(self.topic, {"partitions": {}})
-        except Exception:
-            return False
+        except Exception as error:
+            return f"no stats: {error!r}"
         lags = {int(p): numbers["lag"] for p, numbers in stats["partitions"].items()}
         idle = stats.get("in_flight") == 0 and stats.get("retrying") == 0
-        return idle and lags == dict.fromkeys(range(self.partitions), 0)
+        return "" if idle and lags == dict.fromkeys(range(self.partitions), 0) else f"{stats}"
 
     def _run(self) -> None:
         clients = [KpdClient(url, timeout_s=30) for url in self.urls]
