@@ -27,6 +27,7 @@ from foundation.broker_clock import BrokerClock
 from foundation.config import Settings
 from foundation.kafka_clients import admin_client, base_config, producer_config
 from foundation.kafka_probe import KafkaProbe
+from foundation.memory_trim import MemoryTrim
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF, StateFollower
 from foundation.store import Store
@@ -73,6 +74,7 @@ class Sidecar:
             give_up_after_s=3 * timeout_s + 5,
             on_stall=lambda health: self._exit_for_restart(f"{health.name} stalled"),
         )
+        self.memory_trim = MemoryTrim()
         self.self_heal = SelfHeal(
             self.client_config, self.not_ready_reasons, HEAL_AFTER_S, self._exit_for_restart
         )
@@ -130,12 +132,14 @@ class Sidecar:
         self.probe.start()
         self.watchdog.start()
         self.self_heal.start()
+        self.memory_trim.start()
         self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(timeout=30)
         self.self_heal.stop()
+        self.memory_trim.stop()
         self.watchdog.stop()
         self.probe.stop()
         self.api_producer.close()
