@@ -139,8 +139,8 @@ class PopLoad:
         assert not twice and not back, f"acked twice: {twice}, came back: {back}; {told}"
 
     def _unsettled(self) -> str:
-        """ "" once every job is acked and the group idle (every partition of the topic reported
-        with lag 0, none in flight); else what is still missing."""
+        """What still keeps the work from settling; empty once every job is acked and the group
+        is idle (every partition of the topic reported with lag 0, none in flight)."""
         missing = self.jobs - set(self.acked)
         if missing:
             return f"{len(missing)} jobs not acked, e.g. {sorted(missing)[:3]}"
