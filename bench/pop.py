@@ -15,9 +15,14 @@ One run, one broker, one `kpd run` process (real Kafka, real HTTP), one pre-prod
   4. produce-to-pop latency with long poll: a pop parked with wait_ms 20000, then one record
      produced (linger.ms 0); latency = answer received - the record's CreateTime;
   5. a Kafka share group (KIP-932, confluent-kafka ShareConsumer, explicit acknowledgement, each
-     record ACCEPTed) on the same topic with the same number of processes and
-     max.poll.records = batch size (best effort in librdkafka: the observed mean poll size is
-     printed), acknowledgements sent by commit_async (and, at 100, also commit_sync per poll).
+     record ACCEPTed) with the same number of processes and max.poll.records = batch size (best
+     effort in librdkafka: the observed mean poll size is printed), acknowledgements sent by
+     commit_async, or by commit_sync every batch. A share group hands a member its partitions
+     only on a heartbeat (5 s apart), so members that join a second apart can leave part of the
+     backlog waiting seconds for one of them: each phase first lets every member receive a
+     warm-up record, and its backlog (the same size and shape, on a topic of its own) is written
+     in one transaction that commits only then (the group reads read_committed), so the rate
+     counts from the moment the whole backlog became visible to a settled group.
 Every phase is bounded in count (`--records`) and time (`--phase-s`). With `--profile-s N` and
 py-spy installed, an extra (uncounted) batch-100 run is profiled for N s and the top frames of
 the sidecar are printed.
@@ -66,6 +71,8 @@ PARTITIONS = 3
 INVISIBLE_MS = 120_000  # longer than any phase: no lease expires while measuring
 BATCHES = (1, 10, 100, 1000)
 SHARE_BATCHES = (10, 100, 1000)
+WARM_UP_RECORDS = 3_000  # on a topic of their own, so every share group member gets some
+WARM_UP_LIMIT_S = 30.0
 
 
 def now_ms() -> int:
@@ -84,15 +91,21 @@ def create_topic(admin: AdminClient, name: str, partitions: int = PARTITIONS) ->
     return name
 
 
-def produce_backlog(bootstrap: str, topic: str, n: int) -> float:
+def produce_backlog(bootstrap: str, topic: str, n: int, **config: Any) -> tuple[float, Producer]:
+    """`n` records (the bench's shape) flushed to `topic`: (records/s, the producer). With a
+    `transactional.id` in `config` they are written in one transaction left open."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "linger.ms": 20,
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 1_000_000,
+            **config,
         }
     )
+    if "transactional.id" in config:
+        producer.init_transactions(30)
+        producer.begin_transaction()
     value = b"v" * VALUE_BYTES
     start = time.monotonic()
     for i in range(n):
@@ -104,7 +117,7 @@ def produce_backlog(bootstrap: str, topic: str, n: int) -> float:
                 producer.poll(0.05)
     if producer.flush(120) != 0:
         raise RuntimeError("backlog not fully produced")
-    return n / (time.monotonic() - start)
+    return n / (time.monotonic() - start), producer
 
 
 def raw_consume(bootstrap: str, topic: str, n: int, limit_s: float) -> tuple[int, float]:
@@ -238,23 +251,28 @@ def pop_ack_worker(
 def share_worker(
     bootstrap: str,
     group: str,
-    topic: str,
+    topics: tuple[str, str],
     batch: int,
     sync_commit: bool,
     stop_at: float,
     target: int,
     accepted_total: Any,
+    ready: Any,
+    index: int,
     out: Any,
 ) -> None:
     """One share consumer: poll, ACCEPT each record, send the acknowledgements.
 
-    async: commit_async once per poll (acks also ride on the next ShareFetch); sync: commit_sync
-    after every `batch` acknowledgements (one acknowledgement round trip per `batch` records,
-    like a kpd ack call), since max.poll.records does not bound the poll size.
+    `topics` = (warm-up, measured): the first warm-up record sets `ready[index]`; only records of
+    the measured topic count. async: commit_async once per poll (acks also ride on the next
+    ShareFetch); sync: commit_sync after every `batch` acknowledgements (one acknowledgement
+    round trip per `batch` records, like a kpd ack call), since max.poll.records does not bound
+    the poll size.
     """
     from confluent_kafka import AcknowledgeType, ShareConsumer
 
-    accepted = polls = first_poll = pending = 0
+    warm_topic, topic = topics
+    accepted = polls = pending = 0
     first = last = 0.0
     error = None
     consumer = None
@@ -268,7 +286,7 @@ def share_worker(
                 "log_level": 3,
             }
         )
-        consumer.subscribe([topic])
+        consumer.subscribe([warm_topic, topic])
         idle_since = time.time()
         while time.time() < stop_at and accepted_total.value < target:
             messages = consumer.poll(0.5)
@@ -277,23 +295,25 @@ def share_worker(
                 if message.error() is not None:
                     continue
                 consumer.acknowledge(message, AcknowledgeType.ACCEPT)
-                good += 1
                 pending += 1
+                if message.topic() == warm_topic:
+                    ready[index] = 1
+                else:
+                    good += 1
                 if sync_commit and pending >= batch:
                     consumer.commit_sync(30)
                     pending = 0
+            if sync_commit and pending:
+                consumer.commit_sync(30)
+                pending = 0
+            elif messages and not sync_commit:
+                consumer.commit_async()
             if not good:
                 if accepted and time.time() - idle_since > 5:
                     break  # backlog drained by the others
                 continue
-            if sync_commit and pending:
-                consumer.commit_sync(30)
-                pending = 0
-            elif not sync_commit:
-                consumer.commit_async()
             now = time.time()
-            if not first:  # the rate counts after the first poll (group join, first fetch)
-                first, first_poll = now, good
+            first = first or now
             last, idle_since = now, now
             polls += 1
             accepted += good
@@ -305,23 +325,23 @@ def share_worker(
         if consumer is not None:
             with contextlib.suppress(Exception):
                 consumer.close()
-    out.put(
-        {
-            "accepted": accepted,
-            "first_poll": first_poll,
-            "polls": polls,
-            "first": first,
-            "last": last,
-            "error": error,
-        }
-    )
+    out.put({"accepted": accepted, "polls": polls, "first": first, "last": last, "error": error})
 
 
-def run_processes(ctx: Any, target_fn: Any, args_for: Any, procs: int, limit_s: float) -> list:
+def run_processes(
+    ctx: Any,
+    target_fn: Any,
+    args_for: Any,
+    procs: int,
+    limit_s: float,
+    meanwhile: Any = lambda: None,
+) -> list:
+    """Run `procs` processes of `target_fn(*args_for(i), out)`; `meanwhile()` once all started."""
     out = ctx.Queue()
     workers = [ctx.Process(target=target_fn, args=(*args_for(i), out)) for i in range(procs)]
     for w in workers:
         w.start()
+    meanwhile()
     results = []
     with contextlib.suppress(Exception):
         for _ in workers:
@@ -459,45 +479,57 @@ def share_throughput(
     ctx: Any,
     bootstrap: str,
     admin: AdminClient,
-    topic: str,
     batch: int,
     sync_commit: bool,
     procs: int,
     target: int,
     limit_s: float,
 ) -> dict[str, Any]:
-    group = f"bench-share-b{batch}-{'sync' if sync_commit else 'async'}-{uuid.uuid4().hex[:6]}"
+    name = f"bench-share-b{batch}-{'sync' if sync_commit else 'async'}-{uuid.uuid4().hex[:6]}"
+    warm, topic = create_topic(admin, f"{name}-warm"), create_topic(admin, name)
+    produce_backlog(bootstrap, warm, WARM_UP_RECORDS)
+    _, held = produce_backlog(bootstrap, topic, target, **{"transactional.id": name})
+    configs = {"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"}
     resource = ConfigResource(
         ResourceType.GROUP,
-        group,
+        name,
         incremental_configs=[
-            ConfigEntry(
-                "share.auto.offset.reset",
-                "earliest",
-                incremental_operation=AlterConfigOpType.SET,
-            )
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()
         ],
     )
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
-    counter = ctx.Value("q", 0)
-    stop_at = time.time() + limit_s + 15  # + group join; the rate counts from the first record
+    counter, ready = ctx.Value("q", 0), ctx.Array("b", procs)
+    stop_at = time.time() + limit_s + WARM_UP_LIMIT_S
+    visible: list[float] = []
 
-    def args_for(_: int) -> tuple:
-        return (bootstrap, group, topic, batch, sync_commit, stop_at, target, counter)
+    def release_backlog() -> None:
+        """Once every member has a warm-up record (or the limit passed), commit the backlog."""
+        deadline = time.monotonic() + WARM_UP_LIMIT_S
+        while sum(ready[:]) < procs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        visible.append(time.time())
+        held.commit_transaction(30)
 
-    results = run_processes(ctx, share_worker, args_for, procs, limit_s + 15)
+    def args_for(i: int) -> tuple:
+        return (bootstrap, name, (warm, topic), batch, sync_commit, stop_at, target, counter,
+                ready, i)  # fmt: skip
+
+    results = run_processes(
+        ctx, share_worker, args_for, procs, limit_s + WARM_UP_LIMIT_S, release_backlog
+    )
     accepted = sum(r["accepted"] for r in results)
-    firsts = [r["first"] for r in results if r["first"]]
-    span = max((r["last"] for r in results), default=0) - min(firsts, default=0)
+    span = max((r["last"] for r in results), default=0) - visible[0]
     polls = sum(r["polls"] for r in results)
     return {
         "batch": batch,
         "sync": sync_commit,
         "accepted": accepted,
         "seconds": span,
-        "rate": (accepted - sum(r["first_poll"] for r in results)) / span if span > 0 else 0.0,
+        "rate": accepted / span if span > 0 else 0.0,
         "mean_poll": accepted / polls if polls else 0.0,
+        "members_warm": sum(ready[:]),
         "errors": [r["error"] for r in results if r["error"]],
         "processes_reporting": len(results),
     }
@@ -591,7 +623,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     load_start = os.getloadavg()
     print(f"broker {bootstrap}; sidecar files in {home}; load average at start {load_start}")
     topic = create_topic(admin, f"bench-pop-{uuid.uuid4().hex[:6]}")
-    rate = produce_backlog(bootstrap, topic, args.records)
+    rate, _ = produce_backlog(bootstrap, topic, args.records)
     print(
         f"backlog: {args.records:,} records of {VALUE_BYTES} B value + 16 B key on {topic} "
         f"({PARTITIONS} partitions), produced at {rate:,.0f}/s"
@@ -645,7 +677,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     try:
         for batch, sync in [(b, s) for b in SHARE_BATCHES for s in (False, True)]:
             r = share_throughput(
-                ctx, bootstrap, admin, topic, batch, sync, args.procs, args.records, args.phase_s
+                ctx, bootstrap, admin, batch, sync, args.procs, args.records, args.phase_s
             )
             share[(batch, sync)] = r
             mode = "commit_sync per batch" if sync else "commit_async per poll"
@@ -653,7 +685,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                 f"5. share group max.poll.records {batch:>4} ({mode}): "
                 f"{r['accepted']:,} accepted in "
                 f"{r['seconds']:.1f} s = {r['rate']:,.0f} msgs/s; mean poll "
-                f"{r['mean_poll']:.0f} records; errors {r['errors']}",
+                f"{r['mean_poll']:.0f} records; {r['members_warm']} of {args.procs} members "
+                f"warm at the start; errors {r['errors']}",
                 flush=True,
             )
     except Exception as exc:

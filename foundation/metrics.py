@@ -22,6 +22,12 @@ LOOP_STALLED = Gauge(
     ["role", "shard"],
     multiprocess_mode="livemax",
 )
+SHARD_STANDBY = Gauge(
+    "kpd_shard_standby",
+    "1 for each shard whose pop state this sidecar keeps hot, to take it over next",
+    ["shard"],
+    multiprocess_mode="livemax",
+)
 SHARD_LEADER = Gauge(
     "kpd_shard_leader",
     "1 for each shard this sidecar leads",

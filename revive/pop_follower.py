@@ -32,6 +32,14 @@ class PopFollower:
         for shard in shards:
             self._states.setdefault(shard, PopState(self._shards))
 
+    def forget(self, shards: frozenset[int]) -> None:
+        """Drop what is known of `shards`, no longer followed: following one again starts at its
+        committed replay floor, never at an offset retention may have removed meanwhile."""
+        for shard in shards:
+            self._states.pop(shard, None)
+            for partition in self._shards.partitions(shard):
+                self._next.pop(partition, None)
+
     def apply(self, reader: PopStateReader, timeout_s: float) -> int:
         """Apply what the reader brings within `timeout_s`; how many records."""
         read = reader.read(timeout_s)

@@ -5,6 +5,12 @@ two supervised roles start: its delay leader and its pop service, each with its 
 transactional producer (fencing is per shard and role) and its own restarts, so a failure in one
 never rebuilds another. When a shard moves away its roles stop and the standby follows it again.
 RocksDB thus has one writer per shard at a time.
+
+The standby keeps the pop state of only the shards this worker would take over next (the process
+chooses them: its predecessor's in the ring of members), as Kafka Streams keeps one standby
+replica per task: with every worker applying every pop record of the shards it did not lead, the
+work grew with the number of workers. A pop role taking over a shard not followed here replays
+`kpd.pop-state` from the shard's replay floor (bounded) instead.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Callable
 
 import structlog
 
-from foundation.metrics import IS_LEADER, SHARD_LEADER
+from foundation.metrics import IS_LEADER, SHARD_LEADER, SHARD_STANDBY
 from foundation.state_follower import StateFollower
 from foundation.supervision import LoopHealth, Role, Supervisor, Watchdog
 from revive.pop_follower import PopFollower
@@ -28,8 +34,8 @@ Make = Callable[[int, LoopHealth], Role]
 
 
 class Standby:
-    """Follows the shards not led here: their schedules into RocksDB, their pop state into
-    memory (`revive.pop_follower`), so this worker can take any of them over at once."""
+    """Follows shards led elsewhere: their schedules into RocksDB (all of them), the pop state of
+    those it would take over next into memory (`revive.pop_follower`)."""
 
     def __init__(
         self,
@@ -60,22 +66,29 @@ class Conductor:
         self,
         watchdog: Watchdog,
         roles: dict[str, Make],  # "delay" / "pop" -> make(shard, health)
-        standby: Callable[[frozenset[int], LoopHealth], Standby],  # one for the shards not led
+        standby: Callable[[frozenset[int], frozenset[int], LoopHealth], Standby],  # (led, follow)
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
         self._led: dict[int, dict[str, Supervisor]] = {}
         self._standby: Supervisor | None = None
+        self._followed: frozenset[int] = frozenset()
+        self._caught_up_once = False
 
     @property
     def led(self) -> frozenset[int]:
         return frozenset(self._led)
 
-    def reconcile(self, owned: frozenset[int]) -> None:
-        """Make the running roles match the shards this worker is to lead."""
-        if owned == self.led and self._standby is not None:
+    def reconcile(self, owned: frozenset[int], follow: frozenset[int]) -> None:
+        """Make the running roles match the shards this worker is to lead, and the standby the
+        shards it is to follow (never one it leads)."""
+        follow -= owned
+        if owned == self.led and follow == self._followed and self._standby is not None:
             return
         for shard in owned ^ self.led:
             SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
+        for shard in follow ^ self._followed:
+            SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
+        self._followed = follow
         IS_LEADER.set(int(bool(owned)))
         for shard in sorted(self.led - owned):
             for supervisor in self._led.pop(shard).values():
@@ -83,7 +96,7 @@ class Conductor:
             log.info("stopped leading", shard=shard)
         self._stop_standby()  # it followed the shards now led here: it must stop writing them
         self._standby = self._supervise(
-            "standby", STANDBY, lambda health: self._make_standby(owned, health)
+            "standby", STANDBY, lambda health: self._make_standby(owned, follow, health)
         )
         for shard in sorted(owned - self.led):
             self._led[shard] = {
@@ -109,7 +122,11 @@ class Conductor:
 
     @property
     def standby_caught_up(self) -> bool:
-        return self._standby is not None and self._standby.role is not None
+        """Has a standby caught up since this worker started? One restarted for a new set of
+        shards to follow catches up while the worker serves on: not a reason to be unready."""
+        if self._standby is not None and self._standby.role is not None:
+            self._caught_up_once = True
+        return self._caught_up_once
 
     def _supervise(self, name: str, shard: int, make: Callable[[LoopHealth], Role]) -> Supervisor:
         supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make)

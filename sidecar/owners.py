@@ -32,3 +32,12 @@ class Owners(PeriodicThread):
             return
         self.by_shard = {s: m.url for m in members for s in m.shards}
         self.members = sorted(members, key=lambda m: m.member_id)
+
+    def predecessor(self, url: str) -> Member | None:
+        """The member before the one at `url` in the ring of members ordered by id (the first
+        one's is the last): the member it watches and would take shards over from next."""
+        members = self.members
+        mine = [i for i, m in enumerate(members) if m.url == url]
+        if not mine or len(members) < 2:
+            return None
+        return members[mine[0] - 1]

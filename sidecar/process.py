@@ -118,11 +118,15 @@ class Sidecar:
                 f"clock {clock.offset_ms} ms off the broker's (bound "
                 f"{self.settings.max_clock_offset_ms} ms): leading nothing"
             )
-        conductor = self._conductor
+        conductor, membership = self._conductor, self.membership
         if conductor is not None:
-            starting = [s for s in sorted(conductor.led) if not conductor.started(s)]
+            starting = {s for s in conductor.led if not conductor.started(s)}
+            if membership is not None and not membership.paused:
+                # Assigned a moment ago, roles not started yet: without this a sidecar was
+                # ready for the ~0.1 s between an assignment and its roles' start.
+                starting |= membership.owned - conductor.led
             if starting:
-                reasons.append(f"taking over shards {starting}")
+                reasons.append(f"taking over shards {sorted(starting)}")
             if not conductor.standby_caught_up:
                 reasons.append("state not caught up yet")
         return reasons + self.watchdog.problems()
@@ -164,7 +168,7 @@ class Sidecar:
                 self.membership.paused = not self._clock_fit()
                 early = self._successor.shards if self._successor is not None else frozenset()
                 lead = self.membership.owned | early if not self.membership.paused else frozenset()
-                self._conductor.reconcile(lead)
+                self._conductor.reconcile(lead, self._next_to_take(lead))
                 self.membership.changed.wait(0.1)
         finally:
             self._conductor.stop()
@@ -198,20 +202,32 @@ class Sidecar:
         if self._successor is not None:
             self._successor.start()
 
-    def _standby(self, led: frozenset[int], health: LoopHealth) -> Standby:
+    def _next_to_take(self, lead: frozenset[int]) -> frozenset[int]:
+        """The shards this worker would take over next, so its standby keeps their pop state hot:
+        those of its predecessor in the ring of members, the one its successor watch probes.
+        Until the members are known, every shard not led here."""
+        owners = self._owners
+        if owners is None or not owners.members:
+            return frozenset(range(self.shard_map.shards)) - lead
+        watched = owners.predecessor(self.url)
+        return watched.shards - lead if watched is not None else frozenset()
+
+    def _standby(self, led: frozenset[int], follow: frozenset[int], health: LoopHealth) -> Standby:
         s, shards = self.settings, self.shard_map
         follower = StateFollower(
             self.client_config,
             self.store,
             {s.state_topic("schedules"): self.schedules.apply_messages},
+            # Every shard's schedules, not only `follow`'s: any sidecar answers a schedule's GET,
+            # DELETE and read-your-writes POST from its own index.
             only=lambda _, partition: shards.of_partition(partition) not in led,
         )
         reader = PopStateReader(
             self.client_config, s.state_topic("pop-state"), s.state_topic("pop-floor"),
             s.kafka_timeout_ms / 1000,
         )  # fmt: skip
-        others = frozenset(range(shards.shards)) - led
-        return Standby(follower, (self._pop_follower, reader, others), health)
+        self._pop_follower.forget(frozenset(range(shards.shards)) - follow - led)
+        return Standby(follower, (self._pop_follower, reader, follow), health)
 
     def _clock_fit(self) -> bool:
         """Measured, and close enough to the broker's to lead (it waits the offset out)."""

@@ -7,7 +7,6 @@ SIGTERM/SIGINT stop a worker gracefully, within `SHUTDOWN_BOUND_S`: a Kafka call
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import signal
 import socket
@@ -43,10 +42,6 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
         url = f"http://{settings.advertised_host}:{sockets[-1].getsockname()[1]}"
     settings = settings.for_worker(index)
     configure_logging(settings.log_level, settings.log_format)
-    # The leader keeps tens of thousands of small timer and lease objects alive; with the default
-    # thresholds each full collection walks all of them, a pause that shows up as delivery
-    # lateness. kpd makes few reference cycles, so collecting rarely costs little memory.
-    gc.set_threshold(100_000, 50, 100)
     app = create_app(Sidecar(settings, url))
     # uvicorn installs the SIGTERM/SIGINT handlers: it stops accepting, drains requests, then
     # runs the app's lifespan shutdown, which stops the sidecar's threads in order.

@@ -52,12 +52,8 @@ class Successor(PeriodicThread):
 
     def _predecessor(self) -> tuple[str, frozenset[int]] | None:
         """The member this one watches, with the shards the group gives it."""
-        members = self._owners.members
-        mine = [i for i, m in enumerate(members) if m.url == self._url]
-        if not mine or len(members) < 2:
-            return None
-        watched = members[mine[0] - 1]  # the ring: the first member watches the last
-        return (watched.url, watched.shards) if watched.shards else None
+        watched = self._owners.predecessor(self._url)
+        return (watched.url, watched.shards) if watched is not None and watched.shards else None
 
 
 def _answers(http: httpx.Client, url: str) -> bool:

@@ -255,11 +255,11 @@ def wait_delivering(http: httpx.Client, target: str, timeout_s: float = 30) -> N
         time.sleep(0.02)
 
 
-def led_shards(sidecar) -> set[int]:
-    """The shards a sidecar says it leads (kpd_shard_leader)."""
+def led_shards(sidecar, metric: str = "kpd_shard_leader") -> set[int]:
+    """The shards a sidecar says it leads (or, with metric="kpd_shard_standby", follows)."""
     with sidecar.client() as http:
         values = metric_values(http)
-    prefix = "kpd_shard_leader{shard="
+    prefix = metric + "{shard="
     return {int(k[len(prefix) : -1]) for k, v in values.items() if k.startswith(prefix) and v == 1}
 
 

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from kafka_helpers import TopicReader, led_shards, metric_values, unique, wait_for
 
 from devtools.broker_for_tests import free_port
@@ -30,6 +30,13 @@ def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 30) -
 def parked(http) -> float:
     """Pop calls the leader holds open (long polls), from its /metrics."""
     return metric_values(http).get("kpd_pop_parked", 0)
+
+
+def committed_offset(admin, group: str, topic: str, partition: int = 0) -> int:
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition)])]
+    )
+    return futures[group].result().topic_partitions[0].offset
 
 
 def pop_until(kpd: KpdClient, group: str, topic: str, count: int, **kw) -> list:
@@ -261,16 +268,11 @@ def test_restart_honours_leases_and_never_redelivers_acked(
 def test_committed_offsets_are_the_settled_low_watermark(
     leader, group, new_topic, kafka_bootstrap, admin
 ) -> None:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
     topic = new_topic()
     produce(kafka_bootstrap, topic, [f"c{i}" for i in range(10)])
 
     def committed() -> int:
-        futures = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
-        )
-        return futures[group].result().topic_partitions[0].offset
+        return committed_offset(admin, group, topic)
 
     with KpdClient(leader.url) as kpd:
         popped = sorted(
@@ -441,6 +443,26 @@ def test_standby_takes_over_pops_after_the_leader_is_killed(
         assert {r["status"] for r in kpd.ack(group, [m.receipt for m in back])} == {"acked"}
     print(f"pop takeover after SIGKILL: {takeover_s:.1f} s")
     assert takeover_s < 30
+
+
+def test_acks_taken_by_a_new_leader_reach_the_group_offset(
+    sidecar_factory, group, new_topic, kafka_bootstrap, admin
+) -> None:
+    """Every message is popped before the takeover and acked after it: no later record of the
+    group moves its offset, so the new leader must commit the recovered acks by itself."""
+    first = sidecar_factory("a", shards="1").start()
+    standby = sidecar_factory("b", shards="1").start()
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"t{i}" for i in range(10)])
+    with KpdClient(first.url) as kpd:
+        popped = pop_until(kpd, group, topic, 10, invisible_ms=60_000)
+    first.terminate(signal.SIGKILL)
+    with KpdClient(standby.url) as kpd:
+        wait_for(lambda: led_shards(standby) == {0}, 60, "b takes over")
+        assert {r["status"] for r in kpd.ack(group, [m.receipt for m in popped])} == {"acked"}
+        assert kpd.pop(group, topic, wait_ms=500) == []  # workers keep asking; nothing is left
+        wait_for(lambda: committed_offset(admin, group, topic) == 10, 15, "committed offset 10")
+        assert kpd.group(group)["topics"][topic]["partitions"]["0"]["lag"] == 0
 
 
 def test_the_client_spreads_calls_over_sidecars_and_skips_a_dead_one(

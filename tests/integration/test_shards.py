@@ -183,6 +183,23 @@ def test_pops_across_shards_are_exclusive_with_exact_counts(
     assert any(len(seen) > 1 for seen in counts.values())  # nacks really went around
 
 
+def test_each_shard_s_pop_state_has_one_standby_the_next_to_take_it(sidecar_factory):
+    """Each sidecar keeps the pop state of the shards of one other (its predecessor in the ring,
+    the one it would take over from), not of every shard it does not lead."""
+    nodes = start(sidecar_factory)
+
+    def one_standby_each() -> bool:
+        if not spread(nodes):
+            return False
+        led = [frozenset(led_shards(node)) for node in nodes]
+        followed = [frozenset(led_shards(node, "kpd_shard_standby")) for node in nodes]
+        return sorted(s for shards in followed for s in shards) == list(range(SHARDS)) and all(
+            f in led[:i] + led[i + 1 :] for i, f in enumerate(followed)
+        )
+
+    wait_for(one_standby_each, 60, "each sidecar follows the pop state of one other's shards")
+
+
 def test_a_sidecar_joining_under_load_takes_shards_and_loses_nothing(
     sidecar_factory, new_topic, kafka_bootstrap
 ):

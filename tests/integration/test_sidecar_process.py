@@ -31,6 +31,16 @@ def test_creates_missing_topics_and_serves_health(sidecar_factory, admin: AdminC
         assert missing.json()["code"] == "not_found"
 
 
+def test_once_ready_a_lone_sidecar_stays_ready(sidecar_factory) -> None:
+    """Readiness waits for the roles of the shards just assigned: a sidecar was ready for a
+    moment between its assignment and their start, then unready while they started."""
+    sidecar = sidecar_factory("a").start(ready=False)
+    wait_for(lambda: ready(sidecar.url), 60, "ready")  # probed every 20 ms from the start
+    with sidecar.client() as http:
+        answers = [http.get("/readyz") for _ in range(300)]  # about 2 s of probes, back to back
+    assert [(a.status_code, a.text) for a in answers if a.status_code != 200] == []
+
+
 def test_sigterm_stops_cleanly_and_frees_the_port(sidecar_factory) -> None:
     sidecar = sidecar_factory("a").start()
     assert sidecar.terminate(signal.SIGTERM, timeout_s=20) == 0
