@@ -7,6 +7,7 @@ SIGTERM/SIGINT stop a worker gracefully, within `SHUTDOWN_BOUND_S`: a Kafka call
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import socket
@@ -42,6 +43,11 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
         url = f"http://{settings.advertised_host}:{sockets[-1].getsockname()[1]}"
     settings = settings.for_worker(index)
     configure_logging(settings.log_level, settings.log_format)
+    # Each record still allocates short-lived tracked objects (messages, header lists, dicts):
+    # with the default thresholds the collections they trigger cut the burst drain from 15.9k to
+    # 10.8k deliveries/s and raised mixed-load p99 from 362 to 571 ms (bench/delay.py, 2026-11-24,
+    # BENCHMARKS.md). kpd makes few reference cycles, so collecting rarely costs little memory.
+    gc.set_threshold(100_000, 50, 100)
     app = create_app(Sidecar(settings, url))
     # uvicorn installs the SIGTERM/SIGINT handlers: it stops accepting, drains requests, then
     # runs the app's lifespan shutdown, which stops the sidecar's threads in order.
