@@ -6,34 +6,25 @@ and a committed offset never passes a message that could still come back.
 
 from __future__ import annotations
 
-import time
-
 from confluent_kafka import TopicPartition
 
 from revive.fetcher import GroupFetcher, source_topic
 from revive.pop_state import PopState
 from revive.pop_step import PopStep
 
-UNSENT_EVERY_S = 1.0  # how often a leader looks for watermarks it has not committed yet
-
 
 class OffsetCommitter:
     def __init__(self, state: PopState) -> None:
         self._state = state
         self._sent: dict[tuple[str, str, int], int] = {}  # last offset sent per group partition
-        self._unsent_checked_at = 0.0
 
     def unsent(self, fetchers: dict[str, GroupFetcher]) -> set[str]:
         """Groups with a partition whose watermark this leader has not committed yet.
 
         A leader that took over may have recovered acks its predecessor never committed to the
         group: with no later record of the group (every message already acked), nothing else
-        would move the group's offset, and its lag would stay for good. Looked for once a second
-        (a partition never read costs a watermark each look), so those commits come within one.
+        would move the group's offset, and its lag would stay for good.
         """
-        if time.monotonic() - self._unsent_checked_at < UNSENT_EVERY_S:
-            return set()
-        self._unsent_checked_at = time.monotonic()
         return {
             group
             for group, fetcher in fetchers.items()

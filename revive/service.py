@@ -49,7 +49,7 @@ from revive.stats import group_stats
 log = structlog.get_logger(__name__)
 
 IDLE_WAIT_S = 0.005  # how often the thread looks for new records between requests
-FLOOR_EVERY_S = 1.0  # how often the replay floor is committed (with the step's transaction)
+FLOOR_EVERY_S = 1.0  # how often replay floors and never-committed watermarks are looked for
 Request = PopRequest | SettleRequest
 
 
@@ -86,7 +86,7 @@ class PopService:
             self._timeout_s,
         )  # fmt: skip
         self._partitions = deps.shards.partitions(shard)
-        self._floor_checked_at = 0.0
+        self._checked_at = 0.0  # when floors and unsent watermarks were last looked for
         self._floors_sent: dict[int, int] = {}
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
         self._handover = handover
@@ -157,8 +157,7 @@ class PopService:
         self._settler.expire(step)
         for fetcher in self._fetchers.values():
             self._leaser.dead_letter_untrusted(fetcher, step)
-        floors = self._floors_to_send()
-        unsent = self._offsets.unsent(self._fetchers)
+        floors, unsent = self._once_a_second()
         if step.txn.open or floors or unsent:
             self._copier.write(step)
             step.write_records(self.state_topic, self.state)
@@ -169,13 +168,15 @@ class PopService:
             step.txn.commit()
             self._floors_sent.update(floors)
 
-    def _floors_to_send(self) -> dict[int, int]:
-        """The replay floors that moved, once a second: they go in this step's transaction."""
-        if time.monotonic() - self._floor_checked_at < FLOOR_EVERY_S:
-            return {}
-        self._floor_checked_at = time.monotonic()
+    def _once_a_second(self) -> tuple[dict[int, int], set[str]]:
+        """The replay floors that moved and the groups with a watermark never committed here, once
+        a second (each look costs a scan of the ledgers): both go in this step's transaction."""
+        if time.monotonic() - self._checked_at < FLOOR_EVERY_S:
+            return {}, set()
+        self._checked_at = time.monotonic()
         floors = self.state.floors(self._partitions)
-        return {p: o for p, o in floors.items() if self._floors_sent.get(p) != o}
+        moved = {p: o for p, o in floors.items() if self._floors_sent.get(p) != o}
+        return moved, self._offsets.unsent(self._fetchers)
 
     def close(self) -> None:
         for _, future in self._drain(block=False):

@@ -168,7 +168,7 @@ class Sidecar:
                 self.membership.paused = not self._clock_fit()
                 early = self._successor.shards if self._successor is not None else frozenset()
                 lead = self.membership.owned | early if not self.membership.paused else frozenset()
-                self._conductor.reconcile(lead, self._next_to_take(lead))
+                self._conductor.reconcile(lead, self._next_to_take())
                 self.membership.changed.wait(0.1)
         finally:
             self._conductor.stop()
@@ -202,15 +202,15 @@ class Sidecar:
         if self._successor is not None:
             self._successor.start()
 
-    def _next_to_take(self, lead: frozenset[int]) -> frozenset[int]:
-        """The shards this worker would take over next, so its standby keeps their pop state hot:
-        those of its predecessor in the ring of members, the one its successor watch probes.
-        Until the members are known, every shard not led here."""
+    def _next_to_take(self) -> frozenset[int]:
+        """The shards this worker would take over next, so its standby keeps their pop state hot
+        (the conductor leaves out those led here): those of its predecessor in the ring of
+        members, the one its successor watch probes. Until the members are known, every shard."""
         owners = self._owners
         if owners is None or not owners.members:
-            return frozenset(range(self.shard_map.shards)) - lead
+            return frozenset(range(self.shard_map.shards))
         watched = owners.predecessor(self.url)
-        return watched.shards - lead if watched is not None else frozenset()
+        return watched.shards if watched is not None else frozenset()
 
     def _standby(self, led: frozenset[int], follow: frozenset[int], health: LoopHealth) -> Standby:
         s, shards = self.settings, self.shard_map
