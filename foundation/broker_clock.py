@@ -24,12 +24,34 @@ SAMPLE_EVERY_S = 1.0
 WINDOW = 60  # samples kept: a minute
 
 
+class ClockBounds:
+    """The offset samples of the last minute, and what they say, published as plain ints.
+
+    Only the sampling thread records; delay leaders on other threads read `margin_ms` at every
+    step. Readers never iterate the window: iterating it while a sample arrived raised "deque
+    mutated during iteration" in a delay leader and restarted its role (seen under load in
+    bench/delay.py, 2026-11-24)."""
+
+    def __init__(self) -> None:
+        self._window: deque[tuple[int, int]] = deque(maxlen=WINDOW)  # (lower, upper) of offset
+        self.measured = False
+        self.margin_ms = 0  # how long to wait past a due time so it has passed on the broker too
+        self.offset_ms = 0  # the best estimate of local minus broker time
+
+    def record(self, lower: int, upper: int) -> None:
+        self._window.append((lower, upper))
+        tightest_upper = min(high for _, high in self._window)
+        self.offset_ms = (max(low for low, _ in self._window) + tightest_upper) // 2
+        self.margin_ms = max(0, tightest_upper)
+        self.measured = True
+
+
 class BrokerClock(PeriodicThread):
     def __init__(self, producer_config: dict[str, Any], topic: str, node: str) -> None:
         super().__init__("broker-clock", SAMPLE_EVERY_S)
         self._producer = Producer({**producer_config, "linger.ms": 0, "acks": "all"})
         self._topic, self._node = topic, node
-        self._bounds: deque[tuple[int, int]] = deque(maxlen=WINDOW)  # (lower, upper) of offset
+        self._bounds = ClockBounds()
 
     def stop(self) -> None:
         super().stop()
@@ -37,21 +59,17 @@ class BrokerClock(PeriodicThread):
 
     @property
     def measured(self) -> bool:
-        return bool(self._bounds)
+        return self._bounds.measured
 
     @property
     def margin_ms(self) -> int:
         """How long to wait past a due time so it has passed on the broker's clock too."""
-        return max(0, min((upper for _, upper in self._bounds), default=0))
+        return self._bounds.margin_ms
 
     @property
     def offset_ms(self) -> int:
         """The best estimate of local minus broker time (the tightest interval's middle)."""
-        if not self._bounds:
-            return 0
-        lower = max(low for low, _ in self._bounds)
-        upper = min(high for _, high in self._bounds)
-        return (lower + upper) // 2
+        return self._bounds.offset_ms
 
     def tick(self) -> None:
         sent = now_ms()
@@ -59,10 +77,10 @@ class BrokerClock(PeriodicThread):
         self._producer.flush(SAMPLE_EVERY_S)  # bounded: a broker away only delays samples
 
     def _appended(self, sent: int) -> Any:
-        def report(error: KafkaError | None, message: Message) -> None:
+        def report(error: KafkaError | None, message: Message) -> None:  # in `tick`'s flush
             kind, appended = message.timestamp()
             if error is None and kind == TIMESTAMP_LOG_APPEND_TIME:
-                self._bounds.append((sent - appended, now_ms() - appended))
-                CLOCK_OFFSET.set(self.offset_ms)
+                self._bounds.record(sent - appended, now_ms() - appended)
+                CLOCK_OFFSET.set(self._bounds.offset_ms)
 
         return report
