@@ -116,7 +116,11 @@ class Transaction:
         once (client-side checks) or at `commit` (the broker's answer); without one, any error
         is an infrastructure fault."""
         self.begin()
-        kw["on_delivery"] = self._tracker(tag, kw.get("on_delivery"))
+        if tag is not None or kw.get("on_delivery") is not None:
+            kw["on_delivery"] = self._tracker(tag, kw.get("on_delivery"))
+        # Else no delivery report at all (most records: log events, copies), which spares a
+        # closure, a Python call and a Message object per record: a record that fails puts the
+        # transaction in the abortable state, so `commit` raises all the same (librdkafka).
         while True:
             try:
                 self._producer.produce(topic, value=value, key=key, **kw)
