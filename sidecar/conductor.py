@@ -120,10 +120,10 @@ class Conductor:
         role = supervisor.role if supervisor is not None else None
         return role if isinstance(role, PopService) else None
 
-    @property
-    def standby_caught_up(self) -> bool:
-        """Has a standby caught up since this worker started? One restarted for a new set of
-        shards to follow catches up while the worker serves on: not a reason to be unready."""
+    def standby_caught_up_once(self) -> bool:
+        """Has a standby caught up since this worker started? (Remembered once seen.) One
+        restarted for a new set of shards to follow catches up while the worker serves on: not a
+        reason to be unready."""
         if self._standby is not None and self._standby.role is not None:
             self._caught_up_once = True
         return self._caught_up_once

@@ -127,7 +127,7 @@ class Sidecar:
                 starting |= membership.owned - conductor.led
             if starting:
                 reasons.append(f"taking over shards {sorted(starting)}")
-            if not conductor.standby_caught_up:
+            if not conductor.standby_caught_up_once():
                 reasons.append("state not caught up yet")
         return reasons + self.watchdog.problems()
 

@@ -255,8 +255,17 @@ def wait_delivering(http: httpx.Client, target: str, timeout_s: float = 30) -> N
         time.sleep(0.02)
 
 
-def led_shards(sidecar, metric: str = "kpd_shard_leader") -> set[int]:
-    """The shards a sidecar says it leads (or, with metric="kpd_shard_standby", follows)."""
+def led_shards(sidecar) -> set[int]:
+    """The shards a sidecar says it leads."""
+    return _shards_flagged(sidecar, "kpd_shard_leader")
+
+
+def standby_shards(sidecar) -> set[int]:
+    """The shards whose pop state a sidecar says it follows as their standby."""
+    return _shards_flagged(sidecar, "kpd_shard_standby")
+
+
+def _shards_flagged(sidecar, metric: str) -> set[int]:
     with sidecar.client() as http:
         values = metric_values(http)
     prefix = metric + "{shard="

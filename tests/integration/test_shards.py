@@ -25,6 +25,7 @@ from kafka_helpers import (
     make_producer,
     now_ms,
     produce_all,
+    standby_shards,
     unique,
     wait_for,
 )
@@ -192,7 +193,7 @@ def test_each_shard_s_pop_state_has_one_standby_the_next_to_take_it(sidecar_fact
         if not spread(nodes):
             return False
         led = [frozenset(led_shards(node)) for node in nodes]
-        followed = [frozenset(led_shards(node, "kpd_shard_standby")) for node in nodes]
+        followed = [frozenset(standby_shards(node)) for node in nodes]
         return sorted(s for shards in followed for s in shards) == list(range(SHARDS)) and all(
             f in led[:i] + led[i + 1 :] for i, f in enumerate(followed)
         )
