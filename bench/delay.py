@@ -16,7 +16,8 @@ One run, one broker, one `kpd run` process (real Kafka, real RocksDB), printing:
   * mixed load: the same, while far-future schedules arrive on the buffer topic at --mixed-ingest
     per second (default 15k/s) for as long as the due records flow;
   * burst: N records due in the same millisecond; drain rate = N / (last delivery - due);
-  * RSS (VmRSS) of the sidecar with 0 and with each --pending count of far-future schedules.
+  * RSS (VmRSS) of the sidecar with 0 and with each --pending count of far-future schedules,
+    right after their ingest and again once the worker has handed freed memory back.
 Every record is 100 bytes of value, a 16-byte key and one user header.
 """
 
@@ -47,6 +48,7 @@ from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
 
 VALUE = b"v" * 100
 DAY_MS = 24 * 3600 * 1000
+SETTLE_S = 15.0  # longer than memory_trim's period (10 s): RSS once freed memory is handed back
 
 
 # Records due later than this rate of ingest needs: each is scheduled before it is due, so the
@@ -397,15 +399,17 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
             sidecar_total = total + reached
             pending = sidecar.metrics().get("kpd_schedules_pending", -1)
             rss = sidecar.rss_mb()
+            time.sleep(SETTLE_S)  # what the ingest's buffers held is handed back (memory_trim)
+            settled = sidecar.rss_mb()
             ingest_rates.append(rate)
             print(
                 f"ingest of {add:,} (producer {produce_rate:,.0f}/s): {reached:,} in "
                 f"{seconds:.1f} s = {rate:,.0f} schedules/s (ready after {ready_s:.1f} s); "
-                f"pending {pending:,.0f}; RSS {rss:.0f} MB"
+                f"pending {pending:,.0f}; RSS {rss:.0f} MB, {settled:.0f} MB {SETTLE_S:.0f} s later"
             )
             rss_rows.append(
-                f"{pending:,.0f} pending: {rss:.0f} MB (ingest {reached:,} at {rate:,.0f}/s"
-                f" in {seconds:.0f} s)"
+                f"{pending:,.0f} pending: {rss:.0f} MB, {settled:.0f} MB {SETTLE_S:.0f} s later "
+                f"(ingest {reached:,} at {rate:,.0f}/s in {seconds:.0f} s)"
             )
             sidecar.stop()
             total = sidecar_total

@@ -8,8 +8,8 @@ One run, one broker, one `kpd run` process (real Kafka, real HTTP), one pre-prod
   1. raw confluent-kafka consume throughput of that topic (one consumer, the physical reference);
   2. kpd pop+ack throughput over HTTP with batches of 1, 10, 100 and 1000: `--procs` client
      processes, each a pop -> ack loop with httpx, one fresh pop group per batch size (so every
-     batch size starts from the whole backlog); msgs/s acked, the sidecar's CPU share, and the
-     client-side pop / ack round trips under that load;
+     batch size starts from the whole backlog); msgs/s acked, the client-side pop / ack round
+     trips under that load, and the CPU split (below);
   3. pop latency p50/p99 with messages waiting: one client, sequential pops of 1 and 10 (each
      followed by an untimed ack), on a fresh group of the same topic;
   4. produce-to-pop latency with long poll: a pop parked with wait_ms 20000, then one record
@@ -23,9 +23,12 @@ One run, one broker, one `kpd run` process (real Kafka, real HTTP), one pre-prod
      warm-up record, and its backlog (the same size and shape, on a topic of its own) is written
      in one transaction that commits only then (the group reads read_committed), so the rate
      counts from the moment the whole backlog became visible to a settled group.
-Every phase is bounded in count (`--records`) and time (`--phase-s`). With `--profile-s N` and
-py-spy installed, an extra (uncounted) batch-100 run is profiled for N s and the top frames of
-the sidecar are printed.
+Throughput phases (2 and 5) print their CPU split: core-seconds per 1,000 records of the sidecar
+(supervisor and worker), the broker and the client processes, all on the same cores, since on a
+small machine what the clients and the broker burn is what kpd cannot have. Every phase is bounded
+in count (`--records`) and time (`--phase-s`). With `--profile-s N` and py-spy installed, an extra
+(uncounted) batch-100 run is profiled for N s and the top frames of the worker's pop threads are
+printed.
 """
 
 from __future__ import annotations
@@ -64,7 +67,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
-from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
+from devtools.local_sidecar import (  # noqa: E402
+    SidecarProcess,
+    broker_pid,
+    isolated_env,
+    process_cpu_s,
+)
 
 VALUE_BYTES = 100
 PARTITIONS = 3
@@ -213,7 +221,7 @@ def pop_ack_worker(
     with httpx.Client(base_url=url, timeout=60) as http:
         while time.time() < start_at:
             time.sleep(0.001)
-        first = time.time()
+        first, cpu0 = time.time(), time.process_time()
         try:
             while time.time() < stop_at and acked_total.value < target and empties < 3:
                 t0 = time.perf_counter()
@@ -243,6 +251,7 @@ def pop_ack_worker(
             "last": last,
             "pop_ms": pop_ms,
             "ack_ms": ack_ms,
+            "cpu_s": time.process_time() - cpu0,
             "error": error,
         }
     )
@@ -325,7 +334,16 @@ def share_worker(
         if consumer is not None:
             with contextlib.suppress(Exception):
                 consumer.close()
-    out.put({"accepted": accepted, "polls": polls, "first": first, "last": last, "error": error})
+    out.put(
+        {
+            "accepted": accepted,
+            "polls": polls,
+            "first": first,
+            "last": last,
+            "cpu_s": time.process_time(),  # the whole member, librdkafka's threads included
+            "error": error,
+        }
+    )
 
 
 def run_processes(
@@ -356,6 +374,27 @@ def run_processes(
 # -- phases ----------------------------------------------------------------------------------
 
 
+class CpuMeter:
+    """CPU of the sidecar (if any) and the broker from now on, to split a phase's cost per
+    1,000 records between kpd, the broker and the clients (all on the same cores)."""
+
+    def __init__(self, sidecar: Sidecar | None) -> None:
+        self._sidecar, self._broker = sidecar, broker_pid()
+        self._kpd0 = sidecar.cpu_s() if sidecar is not None else 0.0
+        self._broker0, self._wall0 = process_cpu_s(self._broker), time.monotonic()
+
+    def split(self, records: int, clients_cpu_s: float) -> dict[str, float]:
+        kpd = self._sidecar.cpu_s() - self._kpd0 if self._sidecar is not None else 0.0
+        broker = process_cpu_s(self._broker) - self._broker0
+        per_1k = 1000 / max(records, 1)
+        return {
+            "kpd": kpd * per_1k,
+            "broker": broker * per_1k,
+            "clients": clients_cpu_s * per_1k,
+            "kpd_cores": kpd / max(time.monotonic() - self._wall0, 1e-9),
+        }
+
+
 def kpd_throughput(
     ctx: Any,
     sidecar: Sidecar,
@@ -370,23 +409,22 @@ def kpd_throughput(
     counter = ctx.Value("q", 0)
     start_at = time.time() + 3  # spawned interpreters import first; the clock starts together
     stop_at = start_at + limit_s
-    cpu0 = wall0 = None
+    meter: list[CpuMeter] = []
 
     def args_for(_: int) -> tuple:
         return (sidecar.url, group, topic, batch, start_at, stop_at, target - 1, counter)
 
     def sample_cpu() -> None:
-        nonlocal cpu0, wall0
         while time.time() < start_at:
             time.sleep(0.001)
-        cpu0, wall0 = sidecar.cpu_s(), time.monotonic()
+        meter.append(CpuMeter(sidecar))
 
     sampler = threading.Thread(target=sample_cpu)
     sampler.start()
     results = run_processes(ctx, pop_ack_worker, args_for, procs, limit_s + 3)
     sampler.join()
-    cpu = (sidecar.cpu_s() - (cpu0 or 0)) / max(time.monotonic() - (wall0 or 0), 1e-9)
     acked = sum(r["acked"] for r in results)
+    split = meter[0].split(acked, sum(r["cpu_s"] for r in results))
     span = max((r["last"] for r in results), default=0) - min(
         (r["first"] for r in results), default=0
     )
@@ -398,7 +436,8 @@ def kpd_throughput(
         "not_acked": sum(r["not_acked"] for r in results),
         "seconds": span,
         "rate": acked / span if span > 0 else 0.0,
-        "sidecar_cpu": cpu,
+        "sidecar_cpu": split["kpd_cores"],
+        "cpu_per_1k": split,
         "pop_p50": pct(pops, 50),
         "pop_p99": pct(pops, 99),
         "ack_p50": pct(acks, 50),
@@ -503,6 +542,7 @@ def share_throughput(
     counter, ready = ctx.Value("q", 0), ctx.Array("b", procs)
     stop_at = time.time() + limit_s + WARM_UP_LIMIT_S
     visible: list[float] = []
+    meter: list[CpuMeter] = []
 
     def release_backlog() -> None:
         """Once every member has a warm-up record (or the limit passed), commit the backlog."""
@@ -510,6 +550,7 @@ def share_throughput(
         while sum(ready[:]) < procs and time.monotonic() < deadline:
             time.sleep(0.05)
         visible.append(time.time())
+        meter.append(CpuMeter(None))
         held.commit_transaction(30)
 
     def args_for(i: int) -> tuple:
@@ -523,6 +564,7 @@ def share_throughput(
     span = max((r["last"] for r in results), default=0) - visible[0]
     polls = sum(r["polls"] for r in results)
     return {
+        "cpu_per_1k": meter[0].split(accepted, sum(r["cpu_s"] for r in results)),
         "batch": batch,
         "sync": sync_commit,
         "accepted": accepted,
@@ -549,7 +591,7 @@ def profile_sidecar(
             py_spy,
             "record",
             "--pid",
-            str(sidecar.process.pid),
+            str(sidecar.worker_pids()[0]),  # the worker: the supervisor only watches it
             "--duration",
             str(int(seconds)),
             "--rate",
@@ -574,13 +616,14 @@ def profile_sidecar(
     if not raw.exists():
         return [f"py-spy produced nothing: {err.decode(errors='replace')[-500:]}"]
     lines = [f"profiled batch-100 run: {run['rate']:,.0f} msgs/s (uncounted), file {raw}"]
-    lines += summarise_profile(raw, "pop-service")
+    lines += summarise_profile(raw, ": pop[")
     return lines
 
 
 def summarise_profile(raw: Path, focus: str) -> list[str]:
-    """Wall-clock samples (idle included) per thread; for the `focus` thread, where it spends
-    its time: self frames with line numbers, and inclusive functions."""
+    """Wall-clock samples (idle included) per thread; for the threads whose name holds `focus`
+    (the shards' pop services), where they spend their time: self frames with line numbers, and
+    inclusive functions."""
     threads: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
@@ -592,7 +635,7 @@ def summarise_profile(raw: Path, focus: str) -> list[str]:
         count = int(count_text)
         frames = stack.split(";")
         threads[frames[0]] += count
-        if not frames[0].endswith(focus):
+        if focus not in frames[0]:
             continue
         total += count
         seen = set()
@@ -606,7 +649,7 @@ def summarise_profile(raw: Path, focus: str) -> list[str]:
     out += [f"  {name}: {n}" for name, n in threads.most_common(12)]
     if not total:
         return out
-    out.append(f"thread {focus}: {total} samples; top self frames (where its time goes):")
+    out.append(f"threads {focus!r}: {total} samples; top self frames (where their time goes):")
     out += [f"    {n / total:6.1%}  {name}" for name, n in own.most_common(20)]
     out.append("  top inclusive frames:")
     out += [f"    {n / total:6.1%}  {name}" for name, n in inclusive.most_common(30)]
@@ -647,6 +690,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                 f"= {r['rate']:,.0f} msgs/s; sidecar CPU {r['sidecar_cpu']:.0%} of one core; "
                 f"pop p50/p99 {r['pop_p50']:.1f}/{r['pop_p99']:.1f} ms, "
                 f"ack p50/p99 {r['ack_p50']:.1f}/{r['ack_p99']:.1f} ms under load; "
+                f"CPU {cpu_text(r['cpu_per_1k'])}; "
                 f"not acked {r['not_acked']}; errors {r['errors']}",
                 flush=True,
             )
@@ -686,7 +730,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                 f"{r['accepted']:,} accepted in "
                 f"{r['seconds']:.1f} s = {r['rate']:,.0f} msgs/s; mean poll "
                 f"{r['mean_poll']:.0f} records; {r['members_warm']} of {args.procs} members "
-                f"warm at the start; errors {r['errors']}",
+                f"warm at the start; CPU {cpu_text(r['cpu_per_1k'])}; errors {r['errors']}",
                 flush=True,
             )
     except Exception as exc:
@@ -714,6 +758,13 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         )
 
 
+def cpu_text(split: dict[str, float]) -> str:
+    return (
+        f"kpd {split['kpd']:.3f} + broker {split['broker']:.3f} + clients "
+        f"{split['clients']:.3f} core-s per 1,000 records"
+    )
+
+
 def print_table(
     args: argparse.Namespace,
     raw_rate: float,
@@ -734,13 +785,15 @@ def print_table(
     for batch, r in kpd.items():
         print(
             f"| kpd pop+ack, batch {batch}, {args.procs} procs | {r['rate']:,.0f} msgs/s "
-            f"(pop p50/p99 {r['pop_p50']:.1f}/{r['pop_p99']:.1f} ms under load) |"
+            f"(pop p50/p99 {r['pop_p50']:.1f}/{r['pop_p99']:.1f} ms under load; "
+            f"CPU {cpu_text(r['cpu_per_1k'])}) |"
         )
     for (batch, sync), r in share.items():
         mode = "commit_sync per batch" if sync else "commit_async per poll"
         print(
             f"| share group accept, max.poll.records {batch} ({mode}), {args.procs} procs "
-            f"| {r['rate']:,.0f} msgs/s (mean poll {r['mean_poll']:.0f}) |"
+            f"| {r['rate']:,.0f} msgs/s (mean poll {r['mean_poll']:.0f}; "
+            f"CPU {cpu_text(r['cpu_per_1k'])}) |"
         )
     for r in latency:
         print(

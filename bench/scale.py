@@ -49,23 +49,17 @@ from delay import (  # noqa: E402
 )
 
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
-from devtools.local_sidecar import SidecarProcess, isolated_env, process_cpu_s  # noqa: E402
+from devtools.local_sidecar import (  # noqa: E402
+    SidecarProcess,
+    broker_pid,
+    isolated_env,
+    process_cpu_s,
+)
 from foundation.shards import ShardMap  # noqa: E402
 from revive.ledger import Outcome  # noqa: E402
 from revive.records import AckRecord, CheckpointRecord, pack_batch  # noqa: E402
 
 SHARDS = 8
-
-
-def broker_pid() -> int:
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if "kafka.Kafka" in (proc / "cmdline").read_text():
-                    return int(proc.name)
-            except OSError:
-                continue
-    raise RuntimeError("no broker process")
 
 
 class Sidecar(SidecarProcess):

@@ -130,6 +130,18 @@ class SidecarProcess:
         return sum(_rss_kb(pid) for pid in [self.process.pid, *self.worker_pids()]) / 1024
 
 
+def broker_pid() -> int:
+    """The local broker's process (benchmarks split CPU between kpd and the broker)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if "kafka.Kafka" in (proc / "cmdline").read_text():
+                    return int(proc.name)
+            except OSError:
+                continue
+    raise RuntimeError("no broker process")
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process so far (all its threads), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
