@@ -222,6 +222,7 @@ def pop_ack_worker(
         while time.time() < start_at:
             time.sleep(0.001)
         first, cpu0 = time.time(), time.process_time()
+        cpu_last = cpu0
         try:
             while time.time() < stop_at and acked_total.value < target and empties < 3:
                 t0 = time.perf_counter()
@@ -240,7 +241,7 @@ def pop_ack_worker(
                 not_acked += len(results) - ok
                 with acked_total.get_lock():
                     acked_total.value += ok
-                last = time.time()
+                last, cpu_last = time.time(), time.process_time()
         except Exception as exc:  # reported, never hidden
             error = repr(exc)
     out.put(
@@ -251,7 +252,7 @@ def pop_ack_worker(
             "last": last,
             "pop_ms": pop_ms,
             "ack_ms": ack_ms,
-            "cpu_s": time.process_time() - cpu0,
+            "cpu_s": cpu_last - cpu0,  # until its last ack: not the idle tail
             "error": error,
         }
     )
@@ -282,7 +283,7 @@ def share_worker(
 
     warm_topic, topic = topics
     accepted = polls = pending = 0
-    first = last = 0.0
+    first = last = cpu0 = cpu_last = 0.0
     error = None
     consumer = None
     try:
@@ -298,6 +299,7 @@ def share_worker(
         consumer.subscribe([warm_topic, topic])
         idle_since = time.time()
         while time.time() < stop_at and accepted_total.value < target:
+            polled_at = time.process_time()
             messages = consumer.poll(0.5)
             good = 0
             for message in messages:
@@ -322,8 +324,9 @@ def share_worker(
                     break  # backlog drained by the others
                 continue
             now = time.time()
-            first = first or now
-            last, idle_since = now, now
+            if not first:
+                first, cpu0 = now, polled_at
+            last, idle_since, cpu_last = now, now, time.process_time()
             polls += 1
             accepted += good
             with accepted_total.get_lock():
@@ -340,7 +343,9 @@ def share_worker(
             "polls": polls,
             "first": first,
             "last": last,
-            "cpu_s": time.process_time(),  # the whole member, librdkafka's threads included
+            # From the poll that brought its first measured record to its last: librdkafka's
+            # threads included, the warm-up and the idle tail not.
+            "cpu_s": cpu_last - cpu0,
             "error": error,
         }
     )
@@ -382,16 +387,24 @@ class CpuMeter:
         self._sidecar, self._broker = sidecar, broker_pid()
         self._kpd0 = sidecar.cpu_s() if sidecar is not None else 0.0
         self._broker0, self._wall0 = process_cpu_s(self._broker), time.monotonic()
+        self._kpd1, self._broker1, self._wall1 = self._kpd0, self._broker0, self._wall0
+
+    def until(self, counter: Any, target: int, stop_at: float) -> None:
+        """Read the end once the clients have `target` records (or time is up), so the idle
+        tail of a phase (clients noticing the end, members leaving) is not counted."""
+        while counter.value < target and time.time() < stop_at:
+            time.sleep(0.005)
+        self._kpd1 = self._sidecar.cpu_s() if self._sidecar is not None else 0.0
+        self._broker1, self._wall1 = process_cpu_s(self._broker), time.monotonic()
 
     def split(self, records: int, clients_cpu_s: float) -> dict[str, float]:
-        kpd = self._sidecar.cpu_s() - self._kpd0 if self._sidecar is not None else 0.0
-        broker = process_cpu_s(self._broker) - self._broker0
+        kpd, broker = self._kpd1 - self._kpd0, self._broker1 - self._broker0
         per_1k = 1000 / max(records, 1)
         return {
             "kpd": kpd * per_1k,
             "broker": broker * per_1k,
             "clients": clients_cpu_s * per_1k,
-            "kpd_cores": kpd / max(time.monotonic() - self._wall0, 1e-9),
+            "kpd_cores": kpd / max(self._wall1 - self._wall0, 1e-9),
         }
 
 
@@ -418,6 +431,7 @@ def kpd_throughput(
         while time.time() < start_at:
             time.sleep(0.001)
         meter.append(CpuMeter(sidecar))
+        meter[0].until(counter, target - 1, stop_at)
 
     sampler = threading.Thread(target=sample_cpu)
     sampler.start()
@@ -552,6 +566,7 @@ def share_throughput(
         visible.append(time.time())
         meter.append(CpuMeter(None))
         held.commit_transaction(30)
+        meter[0].until(counter, target, stop_at)
 
     def args_for(i: int) -> tuple:
         return (bootstrap, name, (warm, topic), batch, sync_commit, stop_at, target, counter,
