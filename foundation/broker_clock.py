@@ -43,7 +43,7 @@ class ClockBounds:
         tightest_upper = min(high for _, high in self._window)
         self.offset_ms = (max(low for low, _ in self._window) + tightest_upper) // 2
         self.margin_ms = max(0, tightest_upper)
-        self.measured = True
+        self.measured = True  # last: a reader never sees `measured` before the figures
 
 
 class BrokerClock(PeriodicThread):
