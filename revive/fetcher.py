@@ -39,6 +39,11 @@ def source_topic(lane: str) -> str:
     return lane.split("/", 1)[0]
 
 
+def origin_topic(lane: str) -> str:
+    """The topic pops ask for to get this lane's records (`UNTRUSTED` for distrusted ones)."""
+    return lane.split("/", 1)[-1]
+
+
 class GroupFetcher:
     def __init__(
         self,
@@ -54,6 +59,7 @@ class GroupFetcher:
         self._owns = owns  # (topic, partition) -> does this shard serve that source partition?
         self.topics: set[str] = set()
         self.assignment: list[TopicPartition] = []
+        self.committed: dict[tuple[str, int], int] = {}  # the group's offsets when assigned
         self._lanes: dict[LaneKey, deque[Fetched]] = {}
         self._by_origin: dict[str, list[LaneKey]] = {}  # origin topic -> its lanes
         self._buffered: dict[tuple[str, int], int] = {}
@@ -78,6 +84,7 @@ class GroupFetcher:
             )
             for tp in committed
         ]
+        self.committed.update({(tp.topic, tp.partition): tp.offset for tp in committed})
         self.consumer.incremental_assign(start)
         self.assignment.extend(start)
         self.topics.update(new)

@@ -312,10 +312,6 @@ class PartitionLedger:
         head = self._order[0]  # settled heads are dropped eagerly, so this one has work left
         return head.offset_at(head.first_unsettled())
 
-    def live_checkpoints(self) -> list[int]:
-        """Ids of checkpoints not yet fully settled (their records must survive a replay)."""
-        return list(self._live)
-
     def in_flight(self) -> int:
         """Leased messages not settled yet (expired but not yet requeued ones included)."""
         return self._in_flight

@@ -17,3 +17,9 @@ REQUEST_SECONDS = Histogram(
 PARKED = Gauge(
     "kpd_pop_parked", "Pop calls waiting for messages (long polls)", multiprocess_mode="livesum"
 )
+STANDBY_CHECKPOINTS = Gauge(
+    "kpd_pop_standby_checkpoints",
+    "Checkpoints the hot standby still places in the pop-state topic (for a takeover's replay "
+    "floor); their leaders' released ones are forgotten every few seconds",
+    multiprocess_mode="livesum",
+)

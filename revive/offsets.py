@@ -9,7 +9,7 @@ from __future__ import annotations
 from confluent_kafka import TopicPartition
 
 from revive.fetcher import GroupFetcher, source_topic
-from revive.pop_state import PopState
+from revive.pop_state import LedgerKey, PopState
 from revive.pop_step import PopStep
 
 
@@ -32,6 +32,17 @@ class OffsetCommitter:
             if (group, tp.topic, tp.partition) not in self._sent
             and self._low_watermark(group, fetcher, tp.topic, tp.partition) is not None
         }
+
+    def committed(self, fetchers: dict[str, GroupFetcher], key: LedgerKey) -> int:
+        """The group's committed offset of a ledger's source partition, as far as this leader
+        knows: the last it sent, else the one its fetcher started from, else -1."""
+        group, lane, partition = key
+        topic = source_topic(lane)
+        sent = self._sent.get((group, topic, partition))
+        if sent is not None:
+            return sent
+        fetcher = fetchers.get(group)
+        return -1 if fetcher is None else fetcher.committed.get((topic, partition), -1)
 
     def commit(
         self, fetchers: dict[str, GroupFetcher], step: PopStep, also: set[str] | None = None

@@ -56,6 +56,12 @@ class PopFollower:
             if tp.offset >= 0:
                 self._next[tp.partition] = max(self._next.get(tp.partition, 0), tp.offset)
 
+    def forget_released(self, reader: PopStateReader) -> int:
+        """Forget the checkpoints the leaders released (below their committed replay floors), so
+        a standby's memory stays bounded; how many checkpoints the followed states still place."""
+        floors = reader.floors()
+        return sum(state.forget_below(floors) for state in self._states.values())
+
     def hand_over(self, shard: int) -> Handover | None:
         """The state of `shard` for the pop service taking it over (the follower forgets it)."""
         state = self._states.pop(shard, None)

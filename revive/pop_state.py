@@ -2,15 +2,20 @@
 
 It changes only through state records (`revive.records`): the live service applies each record
 it writes, and a new leader (or a standby) applies the records it reads, so both reach the same
-state. It also knows where in the pop-state topic each live checkpoint's record is: the lowest
-such offset per partition is the *replay floor* (RocketMQ's revive offset). Nothing below it is
-needed to rebuild the ledgers, so a new leader replays from the floor, and takeover time does not
-grow with the topic.
+state. It also knows where in the pop-state topic each checkpoint's record is: the lowest such
+offset per partition, over the checkpoints still needed, is the *replay floor* (RocketMQ's revive
+offset). Nothing below it is needed to rebuild the ledgers, so a new leader replays from the
+floor, and takeover time does not grow with the topic.
+
+A checkpoint is needed until the group's committed offset has passed its offsets, not merely
+until they are settled: a new leader fetches the group from its committed offset, and skips what
+the replayed ledgers say was leased. A settled checkpoint below the floor whose offsets the group
+had not committed yet would be handed out again as a first delivery.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -22,6 +27,7 @@ from revive.records import CheckpointRecord, StateRecord, apply
 log = structlog.get_logger(__name__)
 
 LedgerKey = tuple[str, str, int]  # (group, lane, partition)
+Written = tuple[int, int]  # a checkpoint's id and its last offset
 # Checkpoint ids grow with time, so a new leader never reuses the id of a checkpoint that fell
 # below the replay floor: an old receipt can never name a new lease.
 ID_BITS_PER_MS = 10
@@ -34,7 +40,8 @@ class PopState:
         self.last_leased: dict[LedgerKey, int] = {}  # offsets up to it were handed out
         self.next_checkpoint = 1
         self.dead_lettered: dict[str, int] = {}  # per group, since this leader started
-        self._record_at: dict[tuple[LedgerKey, int], tuple[int, int]] = {}  # -> (part, offset)
+        # (ledger, checkpoint id) -> (pop-state partition, offset of its record, its last offset)
+        self._record_at: dict[tuple[LedgerKey, int], tuple[int, int, int]] = {}
         self._ends: dict[int, int] = {}  # pop-state partition -> the offset after the last seen
 
     def apply(self, record: StateRecord) -> str:
@@ -63,7 +70,8 @@ class PopState:
                     log.warning("skipping a pop-state record kpd cannot apply", error=str(error))
                     continue
                 if isinstance(record, CheckpointRecord):
-                    self._record_at[(record.key, record.checkpoint_id)] = (partition, offset)
+                    place = (partition, offset, record.offsets[-1])
+                    self._record_at[(record.key, record.checkpoint_id)] = place
             self._ends[partition] = max(self._ends.get(partition, 0), offset + 1)
         return skipped
 
@@ -77,25 +85,43 @@ class PopState:
         group, lane, partition = key
         return self._shards.lane_partition(group, lane.split("/", 1)[0], partition)
 
-    def wrote(self, key: LedgerKey, checkpoints: list[int], partition: int, offset: int) -> None:
+    def wrote(
+        self, key: LedgerKey, checkpoints: list[Written], partition: int, offset: int
+    ) -> None:
         """A state record of `key` holding `checkpoints` is at `partition`/`offset`."""
-        for checkpoint_id in checkpoints:
-            self._record_at[(key, checkpoint_id)] = (partition, offset)
+        for checkpoint_id, last in checkpoints:
+            self._record_at[(key, checkpoint_id)] = (partition, offset, last)
         self._ends[partition] = max(self._ends.get(partition, 0), offset + 1)
 
-    def floors(self, partitions: Iterable[int]) -> dict[int, int]:
-        """The replay floor of each of `partitions`: the record of the oldest live checkpoint,
-        else everything seen. Forgets where settled checkpoints were."""
+    def floors(
+        self, partitions: Iterable[int], committed: Callable[[LedgerKey], int]
+    ) -> dict[int, int]:
+        """The replay floor of each of `partitions`: the record of the oldest checkpoint whose
+        offsets the group has not committed past (`committed(key)`: the group's committed offset
+        of that ledger's source partition, as far as this leader knows, else -1), else everything
+        seen. Forgets where the checkpoints committed past were."""
         floors = {p: self._ends.get(p, 0) for p in partitions}
-        live: dict[tuple[LedgerKey, int], tuple[int, int]] = {}
-        for key, ledger in self.ledgers.items():
-            for checkpoint_id in ledger.live_checkpoints():
-                place = self._record_at.get((key, checkpoint_id))
-                if place is None:
-                    continue
-                live[(key, checkpoint_id)] = place
-                partition, offset = place
-                if partition in floors:
-                    floors[partition] = min(floors[partition], offset)
-        self._record_at = live
+        needed: dict[tuple[LedgerKey, int], tuple[int, int, int]] = {}
+        marks: dict[LedgerKey, int] = {}
+        for (key, checkpoint_id), place in self._record_at.items():
+            mark = marks.get(key)
+            if mark is None:
+                mark = marks[key] = committed(key)
+            partition, offset, last = place
+            if last < mark:
+                continue  # the group committed past it: a new leader never fetches it again
+            needed[(key, checkpoint_id)] = place
+            if partition in floors:
+                floors[partition] = min(floors[partition], offset)
+        self._record_at = needed
         return floors
+
+    def forget_below(self, floors: dict[int, int]) -> int:
+        """Forget where checkpoints below the committed replay floors were (a standby's state:
+        the shard's leader released them); how many places are still known."""
+        self._record_at = {
+            at: place
+            for at, place in self._record_at.items()
+            if place[1] >= floors.get(place[0], 0)
+        }
+        return len(self._record_at)

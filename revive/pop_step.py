@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from foundation.delivery_log import Event, log_record
 from foundation.transactions import Transaction
 from revive.copies import Origin
-from revive.pop_state import LedgerKey, PopState
+from revive.pop_state import LedgerKey, PopState, Written
 from revive.records import CheckpointRecord, StateRecord, pack_batch
 
 
@@ -40,14 +40,15 @@ class PopStep:
         self.copies: list[Copy] = []
         self.answers: list[tuple[Future[Any], Any]] = []
         self._records: dict[LedgerKey, list[bytes]] = {}  # each ledger's records, in order
-        self._checkpoints: dict[LedgerKey, list[int]] = {}  # checkpoints opened, per ledger
+        self._checkpoints: dict[LedgerKey, list[Written]] = {}  # checkpoints opened, per ledger
         self._log_topic, self._node = log_topic, node
 
     def record(self, record: StateRecord) -> None:
         self.txn.begin()
         self._records.setdefault(record.key, []).append(record.to_bytes())
         if isinstance(record, CheckpointRecord):
-            self._checkpoints.setdefault(record.key, []).append(record.checkpoint_id)
+            written = (record.checkpoint_id, record.offsets[-1])
+            self._checkpoints.setdefault(record.key, []).append(written)
         self.groups.add(record.group)
 
     def write_records(self, state_topic: str, state: PopState) -> None:
@@ -81,7 +82,7 @@ class PopStep:
 
 
 def _noting(
-    state: PopState, key: LedgerKey, checkpoints: list[int]
+    state: PopState, key: LedgerKey, checkpoints: list[Written]
 ) -> Callable[[KafkaError | None, Message], None]:
     def written(error: KafkaError | None, message: Message) -> None:
         if error is None:

@@ -45,6 +45,14 @@ class PopStateReader:
         ]
         self.consumer.assign(self._partitions)
 
+    def floors(self) -> dict[int, int]:
+        """The committed replay floor of each assigned partition that has one."""
+        if not self._partitions:
+            return {}
+        wanted = [TopicPartition(self._topic, tp.partition) for tp in self._partitions]
+        committed = self.consumer.committed(wanted, timeout=self._timeout_s)
+        return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+
     def positions(self) -> list[TopicPartition]:
         return self.consumer.position(self._partitions) if self._partitions else []
 

@@ -33,7 +33,7 @@ from foundation.shards import ShardMap
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicSpec, ensure_topics, with_message_limit
 from revive.copier import Copier
-from revive.fetcher import GroupFetcher
+from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic
 from revive.lease import Leaser
 from revive.offsets import OffsetCommitter
 from revive.pop_follower import Handover
@@ -124,10 +124,24 @@ class PopService:
         at = self._handover[1] if self._handover is not None else {}
         self._floor.assign(at, [p for p in self._partitions if p not in at])
         read = self._floor.replay_to_end(self.state, self._health.beat)
+        self._resume_groups()
         log.info(
             "pop service started", shard=self.shard, ledgers=len(self.state.ledgers), read=read,
             hot=self._handover is not None,
         )  # fmt: skip
+
+    def _resume_groups(self) -> None:
+        """Fetch every group the ledgers know, before any worker asks: this leader may settle
+        their leases (expiry) and must then move the group's offsets, or the replay floor could
+        never pass their checkpoints (`PopState.floors`)."""
+        for group, lane, _ in list(self.state.ledgers):
+            topic = origin_topic(lane)
+            if topic == UNTRUSTED:
+                continue  # a pop of one of the group's topics adds its retry topic
+            try:
+                self._fetcher(group, topic)
+            except KeyError:  # the topic was deleted: its checkpoints keep the floor for now
+                log.warning("a popped topic is gone", group=group, topic=topic, shard=self.shard)
 
     def step(self) -> None:
         """Serve what arrived (waiting briefly if nothing did), revive, commit, answer."""
@@ -174,7 +188,9 @@ class PopService:
         if time.monotonic() - self._checked_at < FLOOR_EVERY_S:
             return {}, set()
         self._checked_at = time.monotonic()
-        floors = self.state.floors(self._partitions)
+        floors = self.state.floors(
+            self._partitions, lambda key: self._offsets.committed(self._fetchers, key)
+        )
         moved = {p: o for p, o in floors.items() if self._floors_sent.get(p) != o}
         return moved, self._offsets.unsent(self._fetchers)
 

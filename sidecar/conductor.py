@@ -15,6 +15,7 @@ work grew with the number of workers. A pop role taking over a shard not followe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import structlog
@@ -22,6 +23,7 @@ import structlog
 from foundation.metrics import IS_LEADER, SHARD_LEADER, SHARD_STANDBY
 from foundation.state_follower import StateFollower
 from foundation.supervision import LoopHealth, Role, Supervisor, Watchdog
+from revive.metrics import STANDBY_CHECKPOINTS
 from revive.pop_follower import PopFollower
 from revive.replay import PopStateReader
 from revive.service import PopService
@@ -29,6 +31,7 @@ from revive.service import PopService
 log = structlog.get_logger(__name__)
 
 STOP_TIMEOUT_S = 30.0
+RELEASED_EVERY_S = 2.0  # how often the standby forgets checkpoints their leaders released
 STANDBY = -1  # the standby's "shard" in metrics and logs: it serves all the others
 Make = Callable[[int, LoopHealth], Role]
 
@@ -45,6 +48,7 @@ class Standby:
     ) -> None:
         self._follower, self._health = follower, health
         self._pops, self._reader, self._shards = pops
+        self._released_at = 0.0
 
     def start(self) -> None:
         self._follower.assign()  # from the stored positions (a former leader stored its own)
@@ -55,6 +59,9 @@ class Standby:
         self._follower.poll_once(0.05)
         self._pops.apply(self._reader, 0.05)
         self._pops.positions(self._reader)
+        if time.monotonic() - self._released_at >= RELEASED_EVERY_S:
+            self._released_at = time.monotonic()
+            STANDBY_CHECKPOINTS.set(self._pops.forget_released(self._reader))
 
     def close(self) -> None:
         self._follower.close()

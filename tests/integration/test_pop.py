@@ -9,7 +9,14 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from kafka_helpers import TopicReader, led_shards, metric_values, unique, wait_for
+from kafka_helpers import (
+    TopicReader,
+    led_shards,
+    metric_values,
+    standby_shards,
+    unique,
+    wait_for,
+)
 
 from devtools.broker_for_tests import free_port
 from kpd_client import KpdClient, run_worker
@@ -445,6 +452,30 @@ def test_standby_takes_over_pops_after_the_leader_is_killed(
     assert takeover_s < 30
 
 
+def test_a_standby_forgets_the_checkpoints_its_leader_released(
+    sidecar_factory, group, new_topic, kafka_bootstrap
+) -> None:
+    """A standby places every checkpoint it reads (a takeover's replay floor needs them) and
+    forgets those below the floor its leader commits, so its memory does not grow with pops."""
+    first = sidecar_factory("a", shards="1").start()
+    standby = sidecar_factory("b", shards="1").start()
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"s{i}" for i in range(40)])
+
+    def placed(http) -> float | None:
+        return metric_values(http).get("kpd_pop_standby_checkpoints")
+
+    with KpdClient(first.url) as kpd, standby.client() as http:
+        wait_for(lambda: standby_shards(standby) == {0}, 60, "b follows shard 0")
+        popped, checkpoints = [], 0
+        while len(popped) < 40:
+            batch = kpd.pop(group, topic, max_messages=10, wait_ms=2000, invisible_ms=60_000)
+            popped, checkpoints = popped + batch, checkpoints + bool(batch)
+        wait_for(lambda: placed(http) == checkpoints, 15, f"b places the {checkpoints} leases")
+        assert {r["status"] for r in kpd.ack(group, [m.receipt for m in popped])} == {"acked"}
+        wait_for(lambda: placed(http) == 0, 15, "b forgets them once the floor passed them")
+
+
 def test_acks_taken_by_a_new_leader_reach_the_group_offset(
     sidecar_factory, group, new_topic, kafka_bootstrap, admin
 ) -> None:
@@ -463,6 +494,41 @@ def test_acks_taken_by_a_new_leader_reach_the_group_offset(
         assert kpd.pop(group, topic, wait_ms=500) == []  # workers keep asking; nothing is left
         wait_for(lambda: committed_offset(admin, group, topic) == 10, 15, "committed offset 10")
         assert kpd.group(group)["topics"][topic]["partitions"]["0"]["lag"] == 0
+
+
+def test_leases_a_new_leader_revived_before_any_pop_never_return_as_first_deliveries(
+    sidecar_factory, group, new_topic, kafka_bootstrap, admin
+) -> None:
+    """A new leader revives its predecessor's leases before any worker asks it for the group.
+    The leader after it must still know those deliveries: their retry copies come back, never
+    the originals as first deliveries (CI saw that after broker outages: the replay floor had
+    passed the checkpoints while the group's committed offset had not)."""
+    sidecar = sidecar_factory("a", shards="1", election_session_timeout_ms="2000").start()
+    prefix = sidecar.env["KPD_STATE_TOPIC_PREFIX"]
+    topic = new_topic()
+    values = [f"v{i}" for i in range(5)]
+    produce(kafka_bootstrap, topic, values)
+    with KpdClient(sidecar.url) as kpd:
+        popped = pop_until(kpd, group, topic, 5, invisible_ms=2000)
+    assert sorted(m.value for m in popped) == sorted(v.encode() for v in values)
+    sidecar.terminate(signal.SIGKILL)
+    sidecar.start()  # replays the leases; they expire with no worker asking for the group
+    copies = read_all(kafka_bootstrap, f"{prefix}retry.{group}", 5)
+    assert sorted(m.value() for m in copies) == sorted(m.value for m in popped)
+
+    def floor_moved() -> bool:  # past the checkpoint's record, the first of the topic
+        request = ConsumerGroupTopicPartitions(f"{prefix}pop-floor")
+        found = admin.list_consumer_group_offsets([request])[request.group_id].result()
+        return any(tp.offset > 0 for tp in found.topic_partitions)
+
+    wait_for(floor_moved, 30, "the replay floor passed the revived checkpoint")
+    sidecar.terminate(signal.SIGKILL)
+    sidecar.start()
+    with KpdClient(sidecar.url) as kpd:
+        back = pop_until(kpd, group, topic, 5, invisible_ms=30_000)
+        assert sorted(m.value for m in back) == sorted(m.value for m in popped)
+        assert {m.delivery_count for m in back} == {2}, "an original came back as a first delivery"
+        assert kpd.pop(group, topic, wait_ms=1000) == []
 
 
 def test_the_client_spreads_calls_over_sidecars_and_skips_a_dead_one(

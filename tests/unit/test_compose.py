@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,9 @@ def test_environment_is_what_the_sidecar_reads(
     known = {f"KPD_{name.upper()}" for name in Settings.model_fields} | OTHER_VARIABLES
     assert set(environment) <= known, set(environment) - known
     monkeypatch.chdir(tmp_path)
+    for name in os.environ:  # the suite's own KPD_TEST_* variables are not the sidecar's
+        if name.startswith("KPD_"):
+            monkeypatch.delenv(name)
     for name, value in environment.items():
         # ${VAR:-default} is compose interpolation: take the default.
         value = str(value)

@@ -1,0 +1,68 @@
+"""The replay floor (`PopState.floors`): which pop-state records a new leader still needs."""
+
+from __future__ import annotations
+
+from foundation.shards import ShardMap
+from revive.ledger import Outcome
+from revive.pop_state import LedgerKey, PopState
+from revive.records import AckRecord, CheckpointRecord
+
+ORDERS: LedgerKey = ("g", "orders", 0)
+PAYMENTS: LedgerKey = ("g", "payments", 0)
+
+
+def leased(key: LedgerKey, checkpoint_id: int, offsets: range) -> CheckpointRecord:
+    return CheckpointRecord(*key, checkpoint_id, tuple(offsets), (1,) * len(offsets), 60_000, 1_000)
+
+
+def settled(key: LedgerKey, checkpoint_id: int, offsets: range) -> list[AckRecord]:
+    return [AckRecord(*key, checkpoint_id, o, Outcome.REQUEUED, 2_000) for o in offsets]
+
+
+def state_with(*records: tuple[int, list]) -> PopState:
+    """A state that read `records`, (offset in pop-state partition 0, state records) each."""
+    state = PopState(ShardMap(1, 1))
+    state.replay([(0, offset, batch) for offset, batch in records])
+    return state
+
+
+def test_a_settled_checkpoint_keeps_the_floor_until_the_group_commits_past_it() -> None:
+    # Checkpoint at offset 5 leases 10..14; every lease ends (revived) in the record at 6.
+    state = state_with(
+        (5, [leased(ORDERS, 1, range(10, 15))]), (6, settled(ORDERS, 1, range(10, 15)))
+    )
+    assert state.floors([0], lambda _: -1) == {0: 5}, "nothing committed: a new leader needs it"
+    assert state.floors([0], lambda _: 14) == {0: 5}, "offset 14 is not committed yet"
+    assert state.floors([0], lambda _: 15) == {0: 7}, "committed past it: every record read"
+    assert state.floors([0], lambda _: -1) == {0: 7}, "a released checkpoint stays released"
+
+
+def test_a_live_checkpoint_keeps_the_floor_and_ledgers_release_independently() -> None:
+    state = state_with(
+        (3, [leased(ORDERS, 1, range(0, 4))]),
+        (4, [leased(PAYMENTS, 2, range(0, 2))]),
+        (8, settled(ORDERS, 1, range(0, 4))),
+    )
+    marks = {ORDERS: 4, PAYMENTS: 0}  # payments 0..1 leased, not settled: nothing committed
+    assert state.floors([0], marks.__getitem__) == {0: 4}
+    marks[PAYMENTS] = 2
+    assert state.floors([0], marks.__getitem__) == {0: 9}
+
+
+def test_live_writes_count_like_replayed_records() -> None:
+    state = PopState(ShardMap(1, 1))
+    record = leased(ORDERS, 7, range(20, 30))
+    state.apply(record)
+    state.wrote(ORDERS, [(record.checkpoint_id, record.offsets[-1])], 0, 41)
+    assert state.floors([0], lambda _: 29) == {0: 41}
+    assert state.floors([0], lambda _: 30) == {0: 42}
+
+
+def test_a_standby_forgets_only_what_lies_below_its_leaders_floors() -> None:
+    state = state_with(
+        (3, [leased(ORDERS, 1, range(0, 4))]),
+        (9, [leased(PAYMENTS, 2, range(0, 2))]),
+    )
+    assert state.forget_below({}) == 2, "no committed floor yet: every place is kept"
+    assert state.forget_below({0: 9}) == 1
+    assert state.floors([0], lambda _: -1) == {0: 9}, "the one left still keeps the floor"
