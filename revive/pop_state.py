@@ -75,6 +75,12 @@ class PopState:
             self._ends[partition] = max(self._ends.get(partition, 0), offset + 1)
         return skipped
 
+    def drop(self, key: LedgerKey) -> None:
+        """Forget a ledger whose topic was deleted."""
+        self.ledgers.pop(key, None)
+        self.last_leased.pop(key, None)
+        self._record_at = {at: place for at, place in self._record_at.items() if at[0] != key}
+
     def new_checkpoint_id(self) -> int:
         checkpoint_id = max(self.next_checkpoint, now_ms() << ID_BITS_PER_MS)
         self.next_checkpoint = checkpoint_id + 1

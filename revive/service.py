@@ -133,15 +133,19 @@ class PopService:
     def _resume_groups(self) -> None:
         """Fetch every group the ledgers know, before any worker asks: this leader may settle
         their leases (expiry) and must then move the group's offsets, or the replay floor could
-        never pass their checkpoints (`PopState.floors`)."""
-        for group, lane, _ in list(self.state.ledgers):
+        never pass their checkpoints (`PopState.floors`). The ledgers of a deleted topic go:
+        nothing of it can be fetched or settled again, and they would hold the floor for good."""
+        existing = self._deps.admin.list_topics(timeout=self._timeout_s).topics
+        for key in list(self.state.ledgers):
+            group, lane, _ = key
             topic = origin_topic(lane)
             if topic == UNTRUSTED:
                 continue  # a pop of one of the group's topics adds its retry topic
-            try:
+            if topic in existing:
                 self._fetcher(group, topic)
-            except KeyError:  # the topic was deleted: its checkpoints keep the floor for now
-                log.warning("a popped topic is gone", group=group, topic=topic, shard=self.shard)
+            else:
+                self.state.drop(key)
+                log.warning("dropped the leases of a deleted topic", ledger=key, shard=self.shard)
 
     def step(self) -> None:
         """Serve what arrived (waiting briefly if nothing did), revive, commit, answer."""

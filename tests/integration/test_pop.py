@@ -46,6 +46,14 @@ def committed_offset(admin, group: str, topic: str, partition: int = 0) -> int:
     return futures[group].result().topic_partitions[0].offset
 
 
+def floor_moved(admin, prefix: str) -> bool:
+    """Has a pop leader committed a replay floor past the first record of its pop-state topic
+    (a test's first checkpoint)?"""
+    request = ConsumerGroupTopicPartitions(f"{prefix}pop-floor")
+    found = admin.list_consumer_group_offsets([request])[request.group_id].result()
+    return any(tp.offset > 0 for tp in found.topic_partitions)
+
+
 def pop_until(kpd: KpdClient, group: str, topic: str, count: int, **kw) -> list:
     got: list = []
     deadline = time.monotonic() + 30
@@ -452,6 +460,24 @@ def test_standby_takes_over_pops_after_the_leader_is_killed(
     assert takeover_s < 30
 
 
+def test_leases_on_a_deleted_topic_do_not_hold_the_replay_floor(
+    sidecar_factory, group, new_topic, kafka_bootstrap, admin
+) -> None:
+    """A topic deleted while its messages are leased: a new leader drops those leases (nothing
+    of the topic can be fetched or settled again) instead of replaying them for good."""
+    sidecar = sidecar_factory("a", shards="1").start()
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["d0", "d1"])
+    with KpdClient(sidecar.url) as kpd:
+        assert len(pop_until(kpd, group, topic, 2, invisible_ms=600_000)) == 2
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "topic deleted")
+    assert sidecar.terminate(signal.SIGTERM) == 0
+    sidecar.start()
+    prefix = sidecar.env["KPD_STATE_TOPIC_PREFIX"]
+    wait_for(lambda: floor_moved(admin, prefix), 15, "the floor passed the deleted topic's leases")
+
+
 def test_a_standby_forgets_the_checkpoints_its_leader_released(
     sidecar_factory, group, new_topic, kafka_bootstrap
 ) -> None:
@@ -516,12 +542,7 @@ def test_leases_a_new_leader_revived_before_any_pop_never_return_as_first_delive
     copies = read_all(kafka_bootstrap, f"{prefix}retry.{group}", 5)
     assert sorted(m.value() for m in copies) == sorted(m.value for m in popped)
 
-    def floor_moved() -> bool:  # past the checkpoint's record, the first of the topic
-        request = ConsumerGroupTopicPartitions(f"{prefix}pop-floor")
-        found = admin.list_consumer_group_offsets([request])[request.group_id].result()
-        return any(tp.offset > 0 for tp in found.topic_partitions)
-
-    wait_for(floor_moved, 30, "the replay floor passed the revived checkpoint")
+    wait_for(lambda: floor_moved(admin, prefix), 30, "the floor passed the revived checkpoint")
     sidecar.terminate(signal.SIGKILL)
     sidecar.start()
     with KpdClient(sidecar.url) as kpd:
