@@ -91,6 +91,12 @@ class PopState:
         group, lane, partition = key
         return self._shards.lane_partition(group, lane.split("/", 1)[0], partition)
 
+    def read_up_to(self, ends: dict[int, int]) -> None:
+        """Every record below `ends` (per pop-state partition) was read: with no checkpoint
+        needed, a floor goes there, never back to 0 where nothing was read above the floor."""
+        for partition, end in ends.items():
+            self._ends[partition] = max(self._ends.get(partition, 0), end)
+
     def wrote(
         self, key: LedgerKey, checkpoints: list[Written], partition: int, offset: int
     ) -> None:

@@ -83,6 +83,7 @@ class PopStateReader:
         while True:
             positions = self.positions()
             if all(max(p.offset, start[p.partition]) >= ends[p.partition] for p in positions):
+                state.read_up_to(ends)
                 return count
             beat()
             batch = self.read(0.1)

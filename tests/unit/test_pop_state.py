@@ -66,3 +66,11 @@ def test_a_standby_forgets_only_what_lies_below_its_leaders_floors() -> None:
     assert state.forget_below({}) == 2, "no committed floor yet: every place is kept"
     assert state.forget_below({0: 9}) == 1
     assert state.floors([0], lambda _: -1) == {0: 9}, "the one left still keeps the floor"
+
+
+def test_a_floor_never_falls_back_below_what_a_new_leader_skipped() -> None:
+    """A new leader that replayed nothing above its predecessor's floor (all settled) keeps that
+    floor: committing 0 would make the leader after it replay the whole partition."""
+    state = PopState(ShardMap(1, 2))
+    state.read_up_to({0: 1_000, 1: 0})
+    assert state.floors([0, 1], lambda _: -1) == {0: 1_000, 1: 0}
