@@ -43,6 +43,7 @@ from sidecar.owners import Owners
 from sidecar.self_heal import SelfHeal
 from sidecar.successor import Successor
 from sidecar.topology import kpd_topic_names, set_up
+from sidecar.workers import StartedWorkers
 
 log = structlog.get_logger(__name__)
 
@@ -52,9 +53,12 @@ HEAL_AFTER_S = 15.0  # unready this long from broken clients while fresh ones wo
 
 
 class Sidecar:
-    def __init__(self, settings: Settings, url: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, url: str | None = None, started: StartedWorkers | None = None
+    ) -> None:
         self.settings = settings
         self.url = url or settings.url  # a worker's own address, when there are several
+        self._started = started  # this sidecar's workers that have been ready once
         self.client_config = base_config(settings)
         self.producer_config = producer_config(settings)
         self.admin = admin_client(settings)
@@ -129,7 +133,11 @@ class Sidecar:
                 reasons.append(f"taking over shards {sorted(starting)}")
             if not conductor.standby_caught_up_once():
                 reasons.append("state not caught up yet")
-        return reasons + self.watchdog.problems()
+        reasons += self.watchdog.problems()
+        waiting = self._started.not_started(not reasons) if self._started is not None else 0
+        if waiting:
+            reasons.append(f"workers starting: {waiting} of {self.settings.workers} not ready yet")
+        return reasons
 
     def start(self) -> None:
         log.info("sidecar starting", node=self.settings.node_id, bootstrap=self.settings.bootstrap)

@@ -22,7 +22,7 @@ from api.slow_clients import guarded_protocol
 from foundation.config import Settings
 from foundation.logs import configure_logging
 from sidecar.process import Sidecar
-from sidecar.workers import SHUTDOWN_BOUND_S, WorkerSupervisor
+from sidecar.workers import SHUTDOWN_BOUND_S, StartedWorkers, WorkerSupervisor
 
 PR_SET_PDEATHSIG = 1
 EXIT_FORCED = 70  # the graceful stop did not finish within its bound
@@ -48,7 +48,7 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
     # 10.8k deliveries/s and raised mixed-load p99 from 362 to 571 ms (bench/delay.py, 2026-11-24,
     # BENCHMARKS.md). kpd makes few reference cycles, so collecting rarely costs little memory.
     gc.set_threshold(100_000, 50, 100)
-    app = create_app(Sidecar(settings, url))
+    app = create_app(Sidecar(settings, url, StartedWorkers(index, settings.workers)))
     # uvicorn installs the SIGTERM/SIGINT handlers: it stops accepting, drains requests, then
     # runs the app's lifespan shutdown, which stops the sidecar's threads in order.
     server = _BoundedServer(

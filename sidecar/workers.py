@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 
 import structlog
@@ -36,6 +37,7 @@ MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR"
 SHUTDOWN_BOUND_S = 20.0  # a worker gets this long to stop; then it is killed
 YOUNG_S = 30.0  # a worker that dies younger than this is restarted after a growing backoff
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+STARTED = "started-"  # a file per worker that has been ready once, in the shared folder
 
 
 @dataclass
@@ -45,6 +47,30 @@ class Worker:
     started: float = 0.0
     quick_deaths: int = 0
     restart_at: float = field(default=0.0)
+
+
+class StartedWorkers:
+    """The workers of this sidecar that have been ready once, as files in the folder the
+    supervisor shares with them (its metrics folder, fresh per run). `/readyz` answers ready
+    only once every worker has been: health checks reach whichever worker accepts, so `make up`
+    and compose saw a sidecar ready while another worker was still starting. A worker that
+    restarts later stays counted (the others take its shards meanwhile)."""
+
+    def __init__(self, index: int, workers: int) -> None:
+        folder = os.environ.get(MULTIPROCESS) if workers > 1 else None
+        self._folder = Path(folder) if folder else None
+        self._mine = f"{STARTED}{index}"
+        self._workers = workers
+        self._marked = False
+
+    def not_started(self, ready_here: bool) -> int:
+        """How many workers have not been ready yet; this one counts once `ready_here`."""
+        if self._folder is None:
+            return 0
+        if ready_here and not self._marked:
+            (self._folder / self._mine).touch()
+            self._marked = True
+        return self._workers - sum(1 for _ in self._folder.glob(f"{STARTED}*"))
 
 
 class WorkerSupervisor:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 
+import httpx
 from kafka_helpers import (
     TopicReader,
     assert_exactly_once,
@@ -18,7 +20,19 @@ from kafka_helpers import (
     wait_for,
 )
 
+from devtools.broker_for_tests import free_port
 from kpd_client import KpdClient
+
+
+def two_free_ports() -> int:
+    """A free port whose next one is free too."""
+    while True:
+        base = free_port()
+        try:
+            with socket.create_server(("127.0.0.1", base + 1)):
+                return base
+        except OSError:
+            continue
 
 
 def test_workers_share_the_shards_the_port_and_the_metrics(
@@ -66,3 +80,12 @@ def test_a_killed_worker_is_started_again(sidecar_factory):
     wait_for(lambda: led_shards(sidecar) == {0, 1, 2, 3}, 60, "every shard led again")
     print(f"\nworker replaced and every shard led {now_ms() - started} ms after the kill")
     assert sidecar.running()
+
+
+def test_the_sidecar_is_ready_once_every_worker_is(sidecar_factory):
+    """Health checks reach whichever worker accepts on the shared port: when one answers ready,
+    every worker of the sidecar must be (`make up` and compose wait for that answer)."""
+    base = two_free_ports()
+    sidecar_factory("w", workers="2", shards="4", worker_port_base=str(base)).start()
+    answers = [httpx.get(f"http://127.0.0.1:{p}/readyz", timeout=5) for p in (base, base + 1)]
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
