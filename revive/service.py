@@ -88,6 +88,10 @@ class PopService:
         self._partitions = deps.shards.partitions(shard)
         self._checked_at = 0.0  # when floors and unsent watermarks were last looked for
         self._floors_sent: dict[int, int] = {}
+        # (group, topic) the replayed ledgers name whose fetcher is still to start, and the
+        # cluster's topics as first listed for them (a deleted topic's ledgers are dropped).
+        self._unresumed: list[tuple[str, str]] = []
+        self._topics: set[str] | None = None
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
         self._handover = handover
         self.state = handover[0] if handover is not None else PopState(deps.shards)
@@ -124,28 +128,29 @@ class PopService:
         at = self._handover[1] if self._handover is not None else {}
         self._floor.assign(at, [p for p in self._partitions if p not in at])
         read = self._floor.replay_to_end(self.state, self._health.beat)
-        self._resume_groups()
+        named = {(group, origin_topic(lane)) for group, lane, _ in self.state.ledgers}
+        # A distrusted retry lane names no topic: any fetcher of its group reads its retry topic.
+        self._unresumed = sorted((g, t) for g, t in named if t != UNTRUSTED)
         log.info(
             "pop service started", shard=self.shard, ledgers=len(self.state.ledgers), read=read,
             hot=self._handover is not None,
         )  # fmt: skip
 
-    def _resume_groups(self) -> None:
-        """Fetch every group the ledgers know, before any worker asks: this leader may settle
-        their leases (expiry) and must then move the group's offsets, or the replay floor could
-        never pass their checkpoints (`PopState.floors`). The ledgers of a deleted topic go:
-        nothing of it can be fetched or settled again, and they would hold the floor for good."""
-        existing = self._deps.admin.list_topics(timeout=self._timeout_s).topics
-        for key in list(self.state.ledgers):
-            group, lane, _ = key
-            topic = origin_topic(lane)
-            if topic == UNTRUSTED:
-                continue  # a pop of one of the group's topics adds its retry topic
-            if topic in existing:
-                self._fetcher(group, topic)
-            else:
-                self.state.drop(key)
-                log.warning("dropped the leases of a deleted topic", ledger=key, shard=self.shard)
+    def _resume_one_group(self) -> None:
+        """Fetch one more group the replayed ledgers name, before any worker asks for it: this
+        leader may settle its leases (expiry) and must then move the group's offsets, or the
+        replay floor could never pass their checkpoints (`PopState.floors`). One per step, so a
+        takeover answers at once however many groups there are. The ledgers of a deleted topic
+        go: nothing of it can be fetched or settled again, and they would hold the floor."""
+        group, topic = self._unresumed.pop()
+        if self._topics is None:
+            self._topics = set(self._deps.admin.list_topics(timeout=self._timeout_s).topics)
+        if topic in self._topics:
+            self._fetcher(group, topic)
+            return
+        for key in [k for k in self.state.ledgers if k[0] == group and origin_topic(k[1]) == topic]:
+            self.state.drop(key)
+        log.warning("dropped the leases of a deleted topic", group=group, topic=topic)
 
     def step(self) -> None:
         """Serve what arrived (waiting briefly if nothing did), revive, commit, answer."""
@@ -166,6 +171,8 @@ class PopService:
             future.set_result(answer)
 
     def _serve(self, requests: list[tuple[Request, Future[Any]]], step: PopStep) -> None:
+        if self._unresumed:
+            self._resume_one_group()
         self._fetch()
         for request, future in requests:
             if isinstance(request, PopRequest):
