@@ -21,6 +21,7 @@ import structlog
 
 from foundation.clock import now_ms
 from foundation.shards import ShardMap
+from revive.fetcher import source_topic
 from revive.ledger import PartitionLedger
 from revive.records import CheckpointRecord, StateRecord, apply
 
@@ -72,14 +73,15 @@ class PopState:
                 if isinstance(record, CheckpointRecord):
                     place = (partition, offset, record.offsets[-1])
                     self._record_at[(record.key, record.checkpoint_id)] = place
-            self._ends[partition] = max(self._ends.get(partition, 0), offset + 1)
+            self._reached(partition, offset + 1)
         return skipped
 
-    def drop(self, key: LedgerKey) -> None:
-        """Forget a ledger whose topic was deleted."""
-        self.ledgers.pop(key, None)
-        self.last_leased.pop(key, None)
-        self._record_at = {at: place for at, place in self._record_at.items() if at[0] != key}
+    def drop(self, keys: set[LedgerKey]) -> None:
+        """Forget ledgers whose topic was deleted."""
+        for key in keys:
+            self.ledgers.pop(key, None)
+            self.last_leased.pop(key, None)
+        self._record_at = {at: place for at, place in self._record_at.items() if at[0] not in keys}
 
     def new_checkpoint_id(self) -> int:
         checkpoint_id = max(self.next_checkpoint, now_ms() << ID_BITS_PER_MS)
@@ -89,13 +91,13 @@ class PopState:
     def partition_of(self, key: LedgerKey) -> int:
         """The pop-state partition of a ledger: its source partition's, so its shard's."""
         group, lane, partition = key
-        return self._shards.lane_partition(group, lane.split("/", 1)[0], partition)
+        return self._shards.lane_partition(group, source_topic(lane), partition)
 
     def read_up_to(self, ends: dict[int, int]) -> None:
         """Every record below `ends` (per pop-state partition) was read: with no checkpoint
         needed, a floor goes there, never back to 0 where nothing was read above the floor."""
         for partition, end in ends.items():
-            self._ends[partition] = max(self._ends.get(partition, 0), end)
+            self._reached(partition, end)
 
     def wrote(
         self, key: LedgerKey, checkpoints: list[Written], partition: int, offset: int
@@ -103,7 +105,10 @@ class PopState:
         """A state record of `key` holding `checkpoints` is at `partition`/`offset`."""
         for checkpoint_id, last in checkpoints:
             self._record_at[(key, checkpoint_id)] = (partition, offset, last)
-        self._ends[partition] = max(self._ends.get(partition, 0), offset + 1)
+        self._reached(partition, offset + 1)
+
+    def _reached(self, partition: int, end: int) -> None:
+        self._ends[partition] = max(self._ends.get(partition, 0), end)
 
     def floors(
         self, partitions: Iterable[int], committed: Callable[[LedgerKey], int]

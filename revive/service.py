@@ -148,8 +148,9 @@ class PopService:
         if topic in self._topics:
             self._fetcher(group, topic)
             return
-        for key in [k for k in self.state.ledgers if k[0] == group and origin_topic(k[1]) == topic]:
-            self.state.drop(key)
+        self.state.drop(
+            {k for k in self.state.ledgers if k[0] == group and origin_topic(k[1]) == topic}
+        )
         log.warning("dropped the leases of a deleted topic", group=group, topic=topic)
 
     def step(self) -> None:
