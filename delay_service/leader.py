@@ -46,7 +46,7 @@ from foundation.state_follower import StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache, message_limit_of
-from foundation.transactions import RecordsRefused
+from foundation.transactions import RecordsRefused, RefusalUnknown
 
 log = structlog.get_logger(__name__)
 
@@ -105,6 +105,9 @@ class DelayLeader:
         # Verdicts of aborted steps, by record tag: the redo settles those records instead. The
         # dict outlives this object, so even a restart of the role never retries such a record.
         self._refused = refused
+        # Steps run untracked (no delivery report per record) until one fails: then the step is
+        # redone tracked, which names the records the broker refused.
+        self._track_next = False
         self._writes = StepWrites(settings, self._index, self._refused)
         timers = (self._add_timer, self._wheel.remove)
         route = Route(shard, self._index.shards, self._inbox)
@@ -159,7 +162,7 @@ class DelayLeader:
         messages = self._consumer.consume(num_messages=INGEST_BATCH, timeout=self._wait_s())
         records = [m for m in messages if m.error() is None]
         self._refill(now_ms())
-        step = Step(self._producer, self._timeout_s)
+        step = Step(self._producer, self._timeout_s, tracked=self._track_next)
         try:
             self._dispatch_due(step)  # what is due goes first: ingest must not make it late
             for message in records:
@@ -174,6 +177,12 @@ class DelayLeader:
         except RecordsRefused as refusal:
             self._redo_without(refusal, records, step)
             return
+        except RefusalUnknown as failure:
+            log.info("step failed untracked; redoing it tracked", error=str(failure))
+            self._track_next = True
+            self._rewind(records, step)
+            return
+        self._track_next = False
         if step.txn_used:
             self._applied(step)
 
@@ -209,6 +218,10 @@ class DelayLeader:
         self._refused.update(blamed)
         if smaller is not None:  # a target takes less than a batch: send smaller ones
             self._producer_config = {**self._producer_config, "batch.size": smaller}
+        self._rewind(records, step)
+
+    def _rewind(self, records: list[Message], step: Step) -> None:
+        """Undo an aborted step: its records are consumed and its due schedules taken again."""
         # The refused batch used up sequence numbers the broker never accepted: only a new
         # producer epoch lets the next transaction write that partition again.
         self._producer = transactional_producer(self._producer_config, self._transactional_id)

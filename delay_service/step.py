@@ -15,8 +15,8 @@ from foundation.transactions import Transaction
 
 
 class Step:
-    def __init__(self, producer: Producer, timeout_s: float) -> None:
-        self.txn = Transaction(producer, timeout_s)
+    def __init__(self, producer: Producer, timeout_s: float, tracked: bool) -> None:
+        self.txn = Transaction(producer, timeout_s, tracked)
         self.records: dict[str, Schedule] = {}  # latest state per id, as this step leaves it
         # State per id as the index held it when this step first looked: applying the step's
         # records after the commit starts from it instead of reading RocksDB again.
@@ -27,7 +27,8 @@ class Step:
         # (due, id) taken from the wheel: a redo puts them back.
         self.taken: list[tuple[int, str]] = []
         self.settled: set[Hashable] = set()  # verdicts of an earlier attempt this step settles
-        self._state_ends: dict[int, int] = {}  # schedules partition -> last offset written
+        self.state_records = 0
+        self._state_ends: dict[int, int] = {}  # schedules partition -> last offset seen written
 
     @property
     def txn_used(self) -> bool:

@@ -88,12 +88,24 @@ class RecordsRefused(Exception):
         return blamed, smaller
 
 
-class Transaction:
-    """Records of one step: begun on the first write, so an idle step costs no round trip."""
+class RefusalUnknown(Exception):
+    """The transaction failed and was aborted while its tagged records went untracked: redo the
+    step tracked to learn which record, if any, the broker refused."""
 
-    def __init__(self, producer: Producer, timeout_s: float) -> None:
+
+class Transaction:
+    """Records of one step: begun on the first write, so an idle step costs no round trip.
+
+    `tracked=False` is the fast path for steps where a refusal is rare (dispatch): tagged records
+    ask for no delivery report either (no closure, no Python call, no Message object per record),
+    and a failed commit raises `RefusalUnknown` instead of naming them.
+    """
+
+    def __init__(self, producer: Producer, timeout_s: float, tracked: bool = True) -> None:
         self._producer = producer
         self._timeout_s = timeout_s
+        self._tracked = tracked
+        self._untracked_tags = False  # a tagged record went without a delivery report
         self.open = False
         self.used = False  # a transaction was begun (and, unless it raised, committed)
         self.refused: dict[Hashable, Refusal] = {}  # tag -> why the broker refused that record
@@ -116,8 +128,10 @@ class Transaction:
         once (client-side checks) or at `commit` (the broker's answer); without one, any error
         is an infrastructure fault."""
         self.begin()
-        if tag is not None or kw.get("on_delivery") is not None:
+        if kw.get("on_delivery") is not None or (tag is not None and self._tracked):
             kw["on_delivery"] = self._tracker(tag, kw.get("on_delivery"))
+        elif tag is not None:
+            self._untracked_tags = True
         # Else no delivery report at all (most records: log events, copies), which spares a
         # closure, a Python call and a Message object per record: a record that fails puts the
         # transaction in the abortable state, so `commit` raises all the same (librdkafka).
@@ -151,12 +165,17 @@ class Transaction:
             self.abort()
             raise RecordsRefused(dict(self.refused))
         if self._failure is not None:
+            if self._untracked_tags:  # the failure may follow from an untracked refusal
+                self.abort()
+                raise RefusalUnknown(self._failure.str())
             raise KafkaException(self._failure)
         try:
             self._producer.commit_transaction(self._timeout_s)
         except KafkaException as exc:
             if exc.args[0].txn_requires_abort():
                 self.abort()
+                if self._untracked_tags:
+                    raise RefusalUnknown(str(exc)) from exc
             raise
         self.open = False
 

@@ -9,7 +9,7 @@ from confluent_kafka import KafkaException
 from kafka_helpers import TopicReader
 
 from foundation.kafka_clients import transactional_producer
-from foundation.transactions import RecordsRefused, Transaction
+from foundation.transactions import RecordsRefused, RefusalUnknown, Transaction
 
 LIMIT = 2_000  # the topic's max.message.bytes: the broker refuses bigger batches
 
@@ -51,3 +51,34 @@ def test_a_refused_tagged_record_is_named_and_the_commit_aborts(
         step.commit()
     assert set(refused.value.refused) == {"the big one"}
     assert not step.open
+
+
+def test_an_untracked_step_whose_tagged_record_is_refused_asks_for_a_tracked_redo(
+    kafka_bootstrap: str, new_topic, producer
+) -> None:
+    """The fast path asks for no delivery reports: a refusal cannot be named, so the commit fails
+    with `RefusalUnknown` (the caller redoes the step tracked), and nothing becomes visible."""
+    topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
+    step = Transaction(producer, 30, tracked=False)
+    step.produce(topic, b"small", b"s", tag="the small one")
+    step.produce(topic, b"big", b"x" * (LIMIT * 3), tag="the big one")
+    with pytest.raises(RefusalUnknown):
+        step.commit()
+    assert not step.open
+    assert step.refused == {}  # untracked: nobody is named
+    with TopicReader(kafka_bootstrap, topic) as reader:
+        assert reader.read_for(1.0) == []
+
+
+def test_an_untracked_step_that_nothing_refused_commits(
+    kafka_bootstrap: str, new_topic, producer
+) -> None:
+    topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
+    step = Transaction(producer, 30, tracked=False)
+    for n in range(5):
+        step.produce(topic, f"k{n}".encode(), b"v", tag=n)
+    step.commit()
+    with TopicReader(kafka_bootstrap, topic) as reader:
+        assert sorted(m.key() for m in reader.read_count(5, 15)) == [
+            f"k{n}".encode() for n in range(5)
+        ]
