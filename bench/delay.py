@@ -16,6 +16,8 @@ One run, one broker, one `kpd run` process (real Kafka, real RocksDB), printing:
   * mixed load: the same, while far-future schedules arrive on the buffer topic at --mixed-ingest
     per second (default 15k/s) for as long as the due records flow;
   * burst: N records due in the same millisecond; drain rate = N / (last delivery - due);
+  * what the broker wrote per scheduled record (the burst's ingest) and per delivery (its drain),
+    records and bytes by topic (`bench/broker_writes.py`);
   * RSS (VmRSS) of the sidecar with 0 and with each --pending count of far-future schedules,
     right after their ingest and again once the worker has handed freed memory back.
 Every record is 100 bytes of value, a 16-byte key and one user header.
@@ -43,6 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.broker_writes import snapshot  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
 
@@ -191,6 +194,12 @@ class Sidecar(SidecarProcess):
         )
         super().__init__(env, home / "sidecar.log")
         self.buffer = env["KPD_BUFFER_TOPIC"]
+        prefix = env["KPD_STATE_TOPIC_PREFIX"]
+        self.topics = [  # what kpd writes (the buffer is written by the bench)
+            env["KPD_INVALID_TOPIC"],
+            env["KPD_DELIVERY_LOG_TOPIC"],
+            *(f"{prefix}{name}" for name in ("schedules", "delay-inbox", "pop-state", "leader")),
+        ]
 
     def start(self) -> float:
         return self.launch(timeout_s=900)
@@ -359,6 +368,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         target = create_target(admin, f"bench-burst-{uuid.uuid4().hex[:6]}")
         before = sidecar.metrics().get("kpd_schedules_scheduled_total", 0)
         due = now_ms() + int(args.burst / INGEST_FLOOR_PER_S * 1000) + 8000
+        topics, data_dir = [*sidecar.topics, target], broker_data_dir()
+        at_start = snapshot(bootstrap, topics, data_dir)
         produce_fast(
             bootstrap,
             sidecar.buffer,
@@ -367,7 +378,17 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         sidecar.wait_scheduled(int(before) + args.burst, 120)
         if now_ms() > due:
             print("  !! burst not fully scheduled before its due time")
+        scheduled = snapshot(bootstrap, topics, data_dir)
         rows = read_deliveries(bootstrap, target, args.burst, 300)
+        time.sleep(1.0)  # the last step's markers and state records are in too
+        drained = snapshot(bootstrap, topics, data_dir)
+        results["writes"] = "\n".join(
+            [
+                scheduled.minus(at_start).per(args.burst, "scheduled record (ingest)"),
+                drained.minus(scheduled).per(len(rows), "delivery (burst drain)"),
+            ]
+        )
+        print("broker writes:\n" + results["writes"])
         drain_s = (rows[:, 1].max() - due) / 1000
         visible_s = (rows[:, 2].max() - due) / 1000
         early = int((rows[:, 1] < rows[:, 0]).sum())
@@ -440,8 +461,15 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     print(f"sustained dispatch            {results['dispatch']}")
     print(f"mixed load                    {results['mixed']}")
     print(f"burst                         {results['burst']}")
+    print(f"broker writes\n{results['writes']}")
     for row in rss_rows:
         print(f"RSS                           {row}")
+
+
+def broker_data_dir() -> Path | None:
+    """The data folder of the bench's own local broker (`broker_for_tests`), if it runs one."""
+    folder = ROOT / ".kpd" / "bench-kafka" / f"session-{os.getpid()}" / "data"
+    return folder if folder.is_dir() and "KPD_BOOTSTRAP" not in os.environ else None
 
 
 def main() -> int:
