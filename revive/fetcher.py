@@ -138,6 +138,24 @@ class GroupFetcher:
         position = self.consumer.position([TopicPartition(topic, partition)])[0].offset
         return min([*heads, position]) if position >= 0 else min(heads, default=-1)
 
+    def remove_topics(self, gone: set[str]) -> None:
+        """Stop reading deleted topics and forget what was buffered of them."""
+        dropped = [tp for tp in self.assignment if tp.topic in gone]
+        if dropped:
+            self.consumer.incremental_unassign(dropped)
+        self.assignment = [tp for tp in self.assignment if tp.topic not in gone]
+        self.topics -= gone
+        for key in [key for key in self._lanes if source_topic(key[0]) in gone]:
+            del self._lanes[key]
+        self._by_origin = {
+            origin: [key for key in keys if key in self._lanes]
+            for origin, keys in self._by_origin.items()
+        }
+        for held in (self.committed, self._buffered):
+            for tp in [tp for tp in held if tp[0] in gone]:
+                del held[tp]
+        self._paused = {tp for tp in self._paused if tp[0] not in gone}
+
     def close(self) -> None:
         self.consumer.close()
 

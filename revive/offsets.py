@@ -44,6 +44,11 @@ class OffsetCommitter:
         fetcher = fetchers.get(group)
         return -1 if fetcher is None else fetcher.committed.get((topic, partition), -1)
 
+    def forget(self, group: str, topics: set[str]) -> None:
+        """Deleted topics: nothing of them is committed again."""
+        for sent in [k for k in self._sent if k[0] == group and k[1] in topics]:
+            del self._sent[sent]
+
     def commit(
         self, fetchers: dict[str, GroupFetcher], step: PopStep, also: set[str] | None = None
     ) -> None:

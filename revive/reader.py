@@ -2,6 +2,9 @@
 
 Leases keep only offsets (bits in a ledger), never payloads, so a message that must be copied is
 read again from Kafka, as RocketMQ's revive service does: cheap, since it is recent and cached.
+A leased record may be gone by then (retention, delete-records, a deleted topic): the partition's
+low watermark says so at once, where reading from it would wait for a record that never comes
+while every pop of the shard waited too.
 """
 
 from __future__ import annotations
@@ -10,9 +13,13 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from foundation.kafka_clients import state_consumer
+
+GONE = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
 
 
 class OffsetReader:
@@ -28,7 +35,10 @@ class OffsetReader:
         for topic, partition, offset in wanted:
             by_partition[(topic, partition)].add(offset)
         found: dict[tuple[str, int, int], Message] = {}
-        for (topic, partition), offsets in by_partition.items():
+        for (topic, partition), asked in by_partition.items():
+            offsets = self._present(topic, partition, asked)
+            if not offsets:
+                continue
             self._consumer.assign([TopicPartition(topic, partition, min(offsets))])
             last = max(offsets)
             deadline = time.monotonic() + self._timeout_s
@@ -42,6 +52,18 @@ class OffsetReader:
                     done = done or message.offset() >= last
             self._consumer.unassign()
         return found
+
+    def _present(self, topic: str, partition: int, offsets: set[int]) -> set[int]:
+        """The offsets still in the partition (at or above its low watermark)."""
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._timeout_s
+            )
+        except KafkaException as error:
+            if error.args[0].code() in GONE:  # the topic is gone, and its records with it
+                return set()
+            raise
+        return {offset for offset in offsets if low <= offset < high}
 
     def close(self) -> None:
         self._consumer.close()

@@ -31,9 +31,9 @@ from foundation.config import Settings
 from foundation.kafka_clients import release_producer, transactional_producer
 from foundation.shards import ShardMap
 from foundation.supervision import LoopHealth
-from foundation.topics import TopicSpec, ensure_topics, with_message_limit
+from foundation.topics import TopicCache, TopicSpec, ensure_topics, with_message_limit
 from revive.copier import Copier
-from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic
+from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic, source_topic
 from revive.lease import Leaser
 from revive.offsets import OffsetCommitter
 from revive.pop_follower import Handover
@@ -87,6 +87,8 @@ class PopService:
         )  # fmt: skip
         self._partitions = deps.shards.partitions(shard)
         self._checked_at = 0.0  # when floors and unsent watermarks were last looked for
+        self._topics_checked_at = 0.0  # when the fetched topics were last seen to exist
+        self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
         self._floors_sent: dict[int, int] = {}
         # (group, topic) the replayed ledgers name whose fetcher is still to start, and the
         # cluster's topics as first listed for them (a deleted topic's ledgers are dropped).
@@ -174,6 +176,7 @@ class PopService:
     def _serve(self, requests: list[tuple[Request, Future[Any]]], step: PopStep) -> None:
         if self._unresumed:
             self._resume_one_group()
+        self._forget_deleted_topics()
         self._fetch()
         for request, future in requests:
             if isinstance(request, PopRequest):
@@ -193,6 +196,24 @@ class PopService:
                 step.txn.send_offsets(offsets, self._floor.consumer.consumer_group_metadata())
             step.txn.commit()
             self._floors_sent.update(floors)
+
+    def _forget_deleted_topics(self) -> None:
+        """Once a second, before anything is revived: a fetched topic deleted meanwhile takes its
+        lanes along (leases, buffered records, offsets to commit). Nothing of it can be fetched,
+        settled or committed again, and sending its offsets would fail the whole step."""
+        if time.monotonic() - self._topics_checked_at < FLOOR_EVERY_S:
+            return
+        self._topics_checked_at = time.monotonic()
+        for group, fetcher in self._fetchers.items():
+            gone = {topic for topic in fetcher.topics if not self._topic_cache.exists(topic)}
+            if not gone:
+                continue
+            fetcher.remove_topics(gone)
+            self.state.drop(
+                {k for k in self.state.ledgers if k[0] == group and source_topic(k[1]) in gone}
+            )
+            self._offsets.forget(group, gone)
+            log.warning("dropped the lanes of a deleted topic", group=group, topics=sorted(gone))
 
     def _once_a_second(self) -> tuple[dict[int, int], set[str]]:
         """The replay floors that moved and the groups with a watermark never committed here, once

@@ -569,3 +569,33 @@ def test_the_client_spreads_calls_over_sidecars_and_skips_a_dead_one(
     for sidecar in (a, b):  # both answered pops: the client went to each in turn
         with sidecar.client() as http:
             assert metric_values(http)["kpd_pop_request_seconds_count{call=pop}"] > 0
+
+
+@pytest.mark.parametrize("removal", ["records", "topic"])
+def test_a_leased_record_removed_from_its_partition_does_not_stall_the_shard(
+    removal, sidecar_factory, group, new_topic, kafka_bootstrap, admin
+) -> None:
+    """A leased record deleted before its lease expires (retention or delete-records, or its
+    whole topic): revive finds it gone at once, instead of reading the partition until its Kafka
+    timeout while every pop of the shard waits."""
+    sidecar = sidecar_factory("a", shards="1").start()  # one shard: the pops below share it
+    topic, other = new_topic(), new_topic()
+    produce(kafka_bootstrap, topic, ["removed"])
+    produce(kafka_bootstrap, other, [f"o{n}" for n in range(2000)])
+    with KpdClient(sidecar.url) as kpd:
+        assert len(kpd.pop(group, other, max_messages=1, wait_ms=5000, invisible_ms=600_000)) == 1
+        [leased] = pop_until(kpd, group, topic, 1, invisible_ms=2000)
+        if removal == "records":
+            removed = admin.delete_records([TopicPartition(topic, 0, 1)])
+        else:
+            removed = admin.delete_topics([topic])
+        for future in removed.values():
+            future.result(timeout=30)
+        slowest, end = 0.0, leased.invisible_until_ms / 1000 + 5
+        while time.time() < end:  # through the lease's expiry and its revive
+            started = time.monotonic()
+            kpd.pop(group, other, max_messages=1, wait_ms=0, invisible_ms=600_000)
+            slowest = max(slowest, time.monotonic() - started)
+        assert slowest < 2.0, f"a pop waited {slowest:.1f} s behind the revive of a gone record"
+        if removal == "records":
+            assert kpd.pop(group, topic, wait_ms=1000) == []  # revived as gone: none comes back
