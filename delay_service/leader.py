@@ -18,6 +18,7 @@ and are range-scanned in as the window slides, so memory does not grow with far-
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,7 @@ WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
 # The window slides in small steps: loading half a window at once (tens of thousands of entries
 # at a high due rate) stalled dispatch for that long and showed in the p99 lateness.
 SLIDE_MS = 250
+TRACKED_AFTER_FAILURE_S = 5.0
 MAX_WAIT_S = 0.05  # longest poll when nothing is due (also bounds shutdown and demotion time)
 
 
@@ -105,9 +107,9 @@ class DelayLeader:
         # Verdicts of aborted steps, by record tag: the redo settles those records instead. The
         # dict outlives this object, so even a restart of the role never retries such a record.
         self._refused = refused
-        # Steps run untracked (no delivery report per record) until one fails: then the step is
-        # redone tracked, which names the records the broker refused.
-        self._track_next = False
+        # Steps run untracked (no delivery report per record) until one fails: then steps are
+        # tracked for a while, so the redo that meets the refused record again names it.
+        self._tracked_until = 0.0
         self._writes = StepWrites(settings, self._index, self._refused)
         timers = (self._add_timer, self._wheel.remove)
         route = Route(shard, self._index.shards, self._inbox)
@@ -162,7 +164,8 @@ class DelayLeader:
         messages = self._consumer.consume(num_messages=INGEST_BATCH, timeout=self._wait_s())
         records = [m for m in messages if m.error() is None]
         self._refill(now_ms())
-        step = Step(self._producer, self._timeout_s, tracked=self._track_next)
+        tracked = time.monotonic() < self._tracked_until
+        step = Step(self._producer, self._timeout_s, tracked=tracked)
         try:
             self._dispatch_due(step)  # what is due goes first: ingest must not make it late
             for message in records:
@@ -179,10 +182,11 @@ class DelayLeader:
             return
         except RefusalUnknown as failure:
             log.info("step failed untracked; redoing it tracked", error=str(failure))
-            self._track_next = True
+            # For long enough that the redo has consumed the step's records again: a step that
+            # ran before they came back (it had nothing of them) must not end the tracking.
+            self._tracked_until = time.monotonic() + TRACKED_AFTER_FAILURE_S
             self._rewind(records, step)
             return
-        self._track_next = False
         if step.txn_used:
             self._applied(step)
 

@@ -151,23 +151,26 @@ class Transaction:
 
     def send_offsets(self, offsets: list[Any], group_metadata: Any) -> None:
         self.begin()
-        call_within(
-            self._timeout_s, "send_offsets_to_transaction",
-            self._producer.send_offsets_to_transaction, offsets, group_metadata, self._timeout_s,
-        )  # fmt: skip
+        try:
+            call_within(
+                self._timeout_s, "send_offsets_to_transaction",
+                self._producer.send_offsets_to_transaction, offsets, group_metadata,
+                self._timeout_s,
+            )  # fmt: skip
+        except KafkaException:
+            # A record the broker refused already makes the transaction abortable, so this call
+            # fails too: name that record if it was one (else the failure is the call's own).
+            self._producer.flush(self._timeout_s)
+            self._raise_refusals()
+            raise
 
     def commit(self) -> None:
         """Commit; `RecordsRefused` (after aborting) if the broker refused tagged records."""
         if not self.open:
             return
         self._producer.flush(self._timeout_s)  # every delivery report of this step is in
-        if self.refused:
-            self.abort()
-            raise RecordsRefused(dict(self.refused))
+        self._raise_refusals()
         if self._failure is not None:
-            if self._untracked_tags:  # the failure may follow from an untracked refusal
-                self.abort()
-                raise RefusalUnknown(self._failure.str())
             raise KafkaException(self._failure)
         try:
             self._producer.commit_transaction(self._timeout_s)
@@ -178,6 +181,16 @@ class Transaction:
                     raise RefusalUnknown(str(exc)) from exc
             raise
         self.open = False
+
+    def _raise_refusals(self) -> None:
+        """Once delivery reports are in: abort, and say which tagged records were refused, or
+        that an untracked one may have been."""
+        if self.refused:
+            self.abort()
+            raise RecordsRefused(dict(self.refused))
+        if self._failure is not None and self._untracked_tags:
+            self.abort()
+            raise RefusalUnknown(self._failure.str())
 
     def abort(self) -> None:
         self._producer.abort_transaction(self._timeout_s)

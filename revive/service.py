@@ -200,12 +200,17 @@ class PopService:
     def _forget_deleted_topics(self) -> None:
         """Once a second, before anything is revived: a fetched topic deleted meanwhile takes its
         lanes along (leases, buffered records, offsets to commit). Nothing of it can be fetched,
-        settled or committed again, and sending its offsets would fail the whole step."""
+        settled or committed again, and sending its offsets would fail the whole step. One
+        metadata request per fetched topic (however many groups pop it) and second."""
         if time.monotonic() - self._topics_checked_at < FLOOR_EVERY_S:
             return
         self._topics_checked_at = time.monotonic()
+        fetched = {topic for fetcher in self._fetchers.values() for topic in fetcher.topics}
+        deleted = {topic for topic in fetched if not self._topic_cache.exists(topic)}
+        if not deleted:
+            return
         for group, fetcher in self._fetchers.items():
-            gone = {topic for topic in fetcher.topics if not self._topic_cache.exists(topic)}
+            gone = fetcher.topics & deleted
             if not gone:
                 continue
             fetcher.remove_topics(gone)

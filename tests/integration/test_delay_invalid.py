@@ -10,6 +10,7 @@ from kafka_helpers import (
     header_dict,
     log_events,
     make_producer,
+    metric_values,
     now_ms,
     produce_all,
     wait_delivering,
@@ -260,3 +261,41 @@ def test_a_target_deleted_before_due_does_not_block_other_deliveries(
     assert doomed.encode() in header_dict(copy)["kpd-error"]  # names the unwritable target
     with sidecar.client() as http:
         assert http.get("/v1/schedules/doomed").json()["state"] == "cancelled"
+
+
+def test_a_past_due_record_too_big_for_its_target_is_settled_and_its_neighbours_flow(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """Ingested and dispatched in the same step, then refused by the broker: steps run without
+    delivery reports, so the failed step is redone with them to name the record. The redo's
+    first step may run before the rewound buffer records come back; it must not end the tracking
+    (it did, and the record looped through untracked steps for good)."""
+    sidecar = sidecar_factory("a").start()
+    tiny = new_topic("tiny", config={"max.message.bytes": "2048"})
+    fine = new_topic("fine")
+    with sidecar.client() as http:
+        wait_delivering(http, new_topic("warm"))
+        restarts_before = restarts(http)
+        producer = make_producer(kafka_bootstrap)
+        past = now_ms() - 1000
+        records = [
+            buffer_record(tiny, value=b"x" * 4096, deliver_at=past, schedule_id="too-big"),
+            buffer_record(tiny, value=b"small", deliver_at=past, schedule_id="fits"),
+            buffer_record(fine, value=b"other", deliver_at=past, schedule_id="elsewhere"),
+        ]
+        produce_all(producer, sidecar.env["KPD_BUFFER_TOPIC"], records)
+        with TopicReader(kafka_bootstrap, sidecar.env["KPD_INVALID_TOPIC"]) as invalid:
+            [refused] = invalid.read_count(1, 30)
+        assert header_dict(refused)["kpd-id"] == b"too-big"
+        assert b"too large" in header_dict(refused)["kpd-error"].lower()
+        with TopicReader(kafka_bootstrap, tiny) as reader:
+            assert [m.value() for m in reader.read_count(1, 30)] == [b"small"]
+        with TopicReader(kafka_bootstrap, fine) as reader:
+            assert [m.value() for m in reader.read_count(1, 30)] == [b"other"]
+        assert restarts(http) == restarts_before  # settled by redoing steps, not by restarts
+
+
+def restarts(http) -> float:
+    return sum(
+        v for k, v in metric_values(http).items() if k.startswith("kpd_leader_restarts_total{")
+    )
