@@ -27,7 +27,6 @@ class Step:
         # (due, id) taken from the wheel: a redo puts them back.
         self.taken: list[tuple[int, str]] = []
         self.settled: set[Hashable] = set()  # verdicts of an earlier attempt this step settles
-        self.state_records = 0
         self._state_ends: dict[int, int] = {}  # schedules partition -> last offset seen written
 
     @property

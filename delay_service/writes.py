@@ -56,8 +56,7 @@ class StepWrites:
         # Where the index has read the schedules topic up to is noted from some of the records
         # only: a restart re-reads at most the rest (applying a record twice changes nothing),
         # and most records cost no delivery report.
-        noted = written if step.state_records % POSITION_EVERY == 0 else None
-        step.state_records += 1
+        noted = written if len(step.ordered) % POSITION_EVERY == 0 else None
         encoded = record.encode()
         step.txn.produce(self.schedules_topic, record.schedule_id, encoded, on_delivery=noted)
         step.put(record)

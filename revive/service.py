@@ -90,10 +90,8 @@ class PopService:
         self._topics_checked_at = 0.0  # when the fetched topics were last seen to exist
         self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
         self._floors_sent: dict[int, int] = {}
-        # (group, topic) the replayed ledgers name whose fetcher is still to start, and the
-        # cluster's topics as first listed for them (a deleted topic's ledgers are dropped).
+        # (group, topic) the replayed ledgers name whose fetcher is still to start.
         self._unresumed: list[tuple[str, str]] = []
-        self._topics: set[str] | None = None
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
         self._handover = handover
         self.state = handover[0] if handover is not None else PopState(deps.shards)
@@ -145,9 +143,7 @@ class PopService:
         takeover answers at once however many groups there are. The ledgers of a deleted topic
         go: nothing of it can be fetched or settled again, and they would hold the floor."""
         group, topic = self._unresumed.pop()
-        if self._topics is None:
-            self._topics = set(self._deps.admin.list_topics(timeout=self._timeout_s).topics)
-        if topic in self._topics:
+        if self._topic_cache.exists(topic):
             self._fetcher(group, topic)
             return
         self.state.drop(
