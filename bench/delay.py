@@ -18,6 +18,7 @@ One run, one broker, one `kpd run` process (real Kafka, real RocksDB), printing:
   * burst: N records due in the same millisecond; drain rate = N / (last delivery - due);
   * what the broker wrote per scheduled record (the burst's ingest) and per delivery (its drain),
     records and bytes by topic (`bench/broker_writes.py`);
+  * the sidecar's garbage-collection pauses during each lateness phase (`bench/gc_pauses.py`);
   * RSS (VmRSS) of the sidecar with 0 and with each --pending count of far-future schedules,
     right after their ingest and again once the worker has handed freed memory back.
 Every record is 100 bytes of value, a 16-byte key and one user header.
@@ -45,6 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import gc_pauses  # noqa: E402
 from bench.broker_writes import snapshot  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
@@ -320,9 +322,11 @@ def sustained(
     far = create_topic(admin, f"bench-far-{uuid.uuid4().hex[:6]}")
     ingest = PacedIngest(bootstrap, sidecar.buffer, far, ingest_rate, args.seconds)
     time.sleep(max(0.0, (start_ms - now_ms()) / 1000))  # the far-future load starts with the dues
+    gc_before = gc_pauses.read(sidecar.url)
     if ingest_rate:
         ingest.start()
     rows = read_deliveries(bootstrap, target, n, args.seconds + 120)
+    gc_row = gc_pauses.read(sidecar.url).minus(gc_before).row()
     if ingest_rate:
         ingest.join()
         total = before + n + ingest.sent
@@ -337,7 +341,7 @@ def sustained(
     return (
         f"{args.rate}/s due for {args.seconds} s, {load}{len(rows)} delivered, {early} early; "
         f"lateness at the broker (LogAppendTime) {lateness_row(rows, 1)}; "
-        f"read_committed-visible lateness {lateness_row(rows, 2)}"
+        f"read_committed-visible lateness {lateness_row(rows, 2)}; GC pauses: {gc_row}"
     )
 
 
@@ -379,7 +383,9 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         if now_ms() > due:
             print("  !! burst not fully scheduled before its due time")
         scheduled = snapshot(bootstrap, topics, data_dir)
+        gc_before = gc_pauses.read(sidecar.url)
         rows = read_deliveries(bootstrap, target, args.burst, 300)
+        gc_row = gc_pauses.read(sidecar.url).minus(gc_before).row()
         time.sleep(1.0)  # the last step's markers and state records are in too
         drained = snapshot(bootstrap, topics, data_dir)
         results["writes"] = "\n".join(
@@ -396,7 +402,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         results["burst"] = (
             f"{len(rows)} due at one instant: last delivered {drain_s:.2f} s after due "
             f"({burst_rate:,.0f}/s), last visible {visible_s:.2f} s "
-            f"({len(rows) / visible_s:,.0f}/s); {early} early"
+            f"({len(rows) / visible_s:,.0f}/s); {early} early; GC pauses: {gc_row}"
         )
         print("burst:", results["burst"])
         sidecar.stop()

@@ -36,7 +36,7 @@ class ScheduleRequest:
     schedule_id: str
     target: str
     due_ms: int
-    headers: list[tuple[str, bytes | None]]  # the user's headers (null values kept), no kpd ones
+    headers: tuple[tuple[str, bytes | None], ...]  # the user's (null values kept), no kpd ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ def parse(
     return ScheduleRequest(schedule_id, target, due_ms, user_headers)
 
 
-def _split(headers: Headers) -> tuple[dict[str, str], list[tuple[str, bytes | None]]]:
+def _split(headers: Headers) -> tuple[dict[str, str], tuple[tuple[str, bytes | None], ...]]:
     control: dict[str, str] = {}
     user: list[tuple[str, bytes | None]] = []
     for name, raw in headers:
@@ -92,7 +92,7 @@ def _split(headers: Headers) -> tuple[dict[str, str], list[tuple[str, bytes | No
             control[name] = (raw or b"").decode("ascii")
         except UnicodeDecodeError:
             raise InvalidRecord(f"header {name} is not ASCII") from None
-    return control, user
+    return control, tuple(user)
 
 
 def _time(control: dict[str, str], name: str) -> int:

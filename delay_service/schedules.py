@@ -58,11 +58,15 @@ _STORED_NAMES = {
 }
 
 
-class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, rename=_STORED_NAMES):
+class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, rename=_STORED_NAMES, gc=False):
     """One schedule's state; stored (topic value, RocksDB) as a msgpack map of short names.
 
     Decoded and encoded in C by msgspec. The map is the one kpd has always written: absent
     optional fields take their defaults, and fields at their defaults are left out.
+
+    Not tracked by the garbage collector (`gc=False`; its fields are atoms and tuples of atoms,
+    so it can be part of no reference cycle): a burst drain holds some 16k of them in its steps,
+    and every collection walked them all (BENCHMARKS.md, 2026-11-25 02:38).
     """
 
     schedule_id: str = ""  # the record's key, never part of the stored value
@@ -71,7 +75,7 @@ class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, rename=_STORED_
     due_ms: int
     key: bytes | None = None
     value: bytes | None = None
-    headers: list[tuple[str, bytes | None]] = []
+    headers: tuple[tuple[str, bytes | None], ...] = ()
     enqueued_ms: int = 0
     at_ms: int | None = None  # when it was delivered or cancelled
     reason: str | None = None

@@ -25,6 +25,7 @@ from delay_service.schedules import ScheduleIndex
 from foundation.async_producer import AsyncProducer
 from foundation.broker_clock import BrokerClock
 from foundation.config import Settings
+from foundation.garbage_collection import GcPauses
 from foundation.kafka_clients import admin_client, base_config, producer_config
 from foundation.kafka_probe import KafkaProbe
 from foundation.memory_trim import MemoryTrim
@@ -79,6 +80,7 @@ class Sidecar:
             on_stall=lambda health: self._exit_for_restart(f"{health.name} stalled"),
         )
         self.memory_trim = MemoryTrim()
+        self.gc_pauses = GcPauses()
         self.self_heal = SelfHeal(
             self.client_config, self.not_ready_reasons, HEAL_AFTER_S, self._exit_for_restart
         )
@@ -145,6 +147,7 @@ class Sidecar:
         self.watchdog.start()
         self.self_heal.start()
         self.memory_trim.start()
+        self.gc_pauses.start()
         self._thread.start()
 
     def stop(self) -> None:
@@ -152,6 +155,7 @@ class Sidecar:
         self._thread.join(timeout=30)
         self.self_heal.stop()
         self.memory_trim.stop()
+        self.gc_pauses.stop()
         self.watchdog.stop()
         self.probe.stop()
         self.api_producer.close()

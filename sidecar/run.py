@@ -20,6 +20,7 @@ import uvicorn
 from api.app import create_app
 from api.slow_clients import guarded_protocol
 from foundation.config import Settings
+from foundation.garbage_collection import freeze_startup_objects
 from foundation.logs import configure_logging
 from sidecar.process import Sidecar
 from sidecar.workers import SHUTDOWN_BOUND_S, StartedWorkers, WorkerSupervisor
@@ -43,12 +44,14 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
         url = f"http://{settings.advertised_host}:{sockets[-1].getsockname()[1]}"
     settings = settings.for_worker(index)
     configure_logging(settings.log_level, settings.log_format)
-    # Each record still allocates short-lived tracked objects (messages, header lists, dicts):
-    # with the default thresholds the collections they trigger cut the burst drain from 15.9k to
-    # 10.8k deliveries/s and raised mixed-load p99 from 362 to 571 ms (bench/delay.py, 2026-11-24,
-    # BENCHMARKS.md). kpd makes few reference cycles, so collecting rarely costs little memory.
-    gc.set_threshold(100_000, 50, 100)
     app = create_app(Sidecar(settings, url, StartedWorkers(index, settings.workers)))
+    # Per-record work still allocates short-lived tracked objects (messages, header lists,
+    # dicts, closures). With the default thresholds the collections they trigger took 7% of the
+    # worker's time under mixed load and cut the burst drain (bench/delay.py, BENCHMARKS.md
+    # 2026-11-24 14:14 and 2026-11-25 02:38-03:52): collections stay rare, and the objects the
+    # worker built at startup are frozen out of them, so a full one walks only what it made since.
+    gc.set_threshold(100_000, 50, 100)
+    freeze_startup_objects()
     # uvicorn installs the SIGTERM/SIGINT handlers: it stops accepting, drains requests, then
     # runs the app's lifespan shutdown, which stops the sidecar's threads in order.
     server = _BoundedServer(

@@ -94,7 +94,7 @@ def test_quantiles_aggregate_histogram_buckets_by_le() -> None:
                 assert "le" in inner.modifier.labels, where
                 names = {s.name for s in selectors(where, inner.prettify())}
                 assert names and all(n.endswith("_bucket") for n in names), where
-    assert quantiles == 5  # lateness p50/p99, pop latency p50/p99, the lateness alert
+    assert quantiles == 6  # lateness p50/p99, pop latency p50/p99, GC pause p99, the alert
 
 
 # What the issue asks the dashboard to show, as the metric each panel must query.
