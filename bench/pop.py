@@ -11,7 +11,8 @@ One run, one broker, one `kpd run` process (real Kafka, real HTTP), one pre-prod
      batch size starts from the whole backlog); msgs/s acked, the client-side pop / ack round
      trips under that load, and the CPU split (below);
   3. pop latency p50/p99 with messages waiting: one client, sequential pops of 1 and 10 (each
-     followed by an untimed ack), on a fresh group of the same topic;
+     followed by an untimed ack), on a fresh group of the same topic, and the sidecar's garbage
+     collections meanwhile (`bench/gc_pauses.py`);
   4. produce-to-pop latency with long poll: a pop parked with wait_ms 20000, then one record
      produced (linger.ms 0); latency = answer received - the record's CreateTime;
   5. a Kafka share group (KIP-932, confluent-kafka ShareConsumer, explicit acknowledgement, each
@@ -66,6 +67,7 @@ from confluent_kafka.admin import (
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import gc_pauses  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import (  # noqa: E402
     SidecarProcess,
@@ -467,6 +469,7 @@ def pop_latency(sidecar: Sidecar, topic: str, batch: int, n: int, limit_s: float
     pops: list[float] = []
     acks: list[float] = []
     deadline = time.monotonic() + limit_s
+    gc_before = gc_pauses.read(sidecar.url)
     with httpx.Client(base_url=sidecar.url, timeout=60) as http:
         while len(pops) < n and time.monotonic() < deadline:
             t0 = time.perf_counter()
@@ -485,6 +488,7 @@ def pop_latency(sidecar: Sidecar, topic: str, batch: int, n: int, limit_s: float
         "max": max(pops, default=float("nan")),
         "ack_p50": pct(acks, 50),
         "ack_p99": pct(acks, 99),
+        "gc": gc_pauses.read(sidecar.url).minus(gc_before).row(),
     }
 
 
@@ -715,7 +719,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
             print(
                 f"3. pop latency batch {batch:>2} (1 client, messages waiting, {r['n']} pops): "
                 f"p50 {r['p50']:.2f} ms, p99 {r['p99']:.2f} ms, max {r['max']:.1f} ms "
-                f"(its ack p50/p99 {r['ack_p50']:.2f}/{r['ack_p99']:.2f} ms)",
+                f"(its ack p50/p99 {r['ack_p50']:.2f}/{r['ack_p99']:.2f} ms); GC pauses: {r['gc']}",
                 flush=True,
             )
         p2p = produce_to_pop(bootstrap, admin, sidecar, args.p2p_samples, args.phase_s * 2)
