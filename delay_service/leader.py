@@ -31,9 +31,10 @@ from delay_service import metrics
 from delay_service.dispatch import Dispatch
 from delay_service.headers import Limits
 from delay_service.ingest import Ingest, Route
-from delay_service.schedules import ScheduleIndex
+from delay_service.schedules import ScheduleIndex, State
 from delay_service.step import Step
 from delay_service.timing_wheel import TimingWheelTimer
+from delay_service.window_payloads import WindowPayloads
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.config import Settings
@@ -57,6 +58,10 @@ WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
 # The window slides in small steps: loading half a window at once (tens of thousands of entries
 # at a high due rate) stalled dispatch for that long and showed in the p99 lateness.
 SLIDE_MS = 250
+# The window's schedules held in memory per shard (`delay_service.window_payloads`): 5k due/s of
+# 300-byte records over a 10 s window take about 25 MB, split across the shards of the load.
+WINDOW_PAYLOAD_BYTES = 16 * 1024 * 1024
+PAYLOAD_READ_CHUNK = 1000  # ids per multi-get when the window slides
 TRACKED_AFTER_FAILURE_S = 5.0
 MAX_WAIT_S = 0.05  # longest poll when nothing is due (also bounds shutdown and demotion time)
 
@@ -110,7 +115,8 @@ class DelayLeader:
         # Steps run untracked (no delivery report per record) until one fails: then steps are
         # tracked for a while, so the redo that meets the refused record again names it.
         self._tracked_until = 0.0
-        self._writes = StepWrites(settings, self._index, self._refused)
+        self._window = WindowPayloads(WINDOW_PAYLOAD_BYTES)
+        self._writes = StepWrites(settings, self._index, self._window, self._refused)
         timers = (self._add_timer, self._wheel.remove)
         route = Route(shard, self._index.shards, self._inbox)
         self._ingest = Ingest(self._writes, limits, topics, health, timers, route)
@@ -157,7 +163,8 @@ class DelayLeader:
     def close(self) -> None:
         self._consumer.close()
         release_producer(self._producer)
-        for gauge in (metrics.PENDING, metrics.DUE_BACKLOG):  # another node reports them now
+        # Another node reports them now.
+        for gauge in (metrics.PENDING, metrics.DUE_BACKLOG, metrics.WINDOW_HELD):
             gauge.labels(str(self.shard)).set(0)
 
     def step(self) -> None:
@@ -204,11 +211,13 @@ class DelayLeader:
     def _applied(self, step: Step) -> None:
         """The step is committed: index it, forget the verdicts it settled, count it."""
         self._store.write(step.index_batch(self._store, self._index, self._writes.schedules_topic))
+        self._window.applied(step.applied, self._loaded_until)
         for tag in step.settled:
             self._refused.pop(tag, None)
         step.count()
         metrics.PENDING.labels(str(self.shard)).set(self._index.count_pending(self.shard))
         metrics.DUE_BACKLOG.labels(str(self.shard)).set(self._wheel.due_backlog())
+        metrics.WINDOW_HELD.labels(str(self.shard)).set(self._window.bytes)
 
     def _redo_without(self, refusal: RecordsRefused, records: list[Message], step: Step) -> None:
         """The broker refused some records: rewind the step; the next one settles them."""
@@ -243,9 +252,21 @@ class DelayLeader:
         if now + WINDOW_MS - SLIDE_MS < self._loaded_until:
             return
         horizon = now + WINDOW_MS
+        ids = []
         for due_ms, schedule_id in self._index.due_between(self.shard, self._loaded_until, horizon):
             self._wheel.add(schedule_id, due_ms)
+            ids.append(schedule_id)
         self._loaded_until = horizon
+        self._hold(ids)
+
+    def _hold(self, ids: list[str]) -> None:
+        """Hold the schedules that just entered the window, until the budget is spent."""
+        for start in range(0, len(ids), PAYLOAD_READ_CHUNK):
+            for schedule in self._index.get_many(ids[start : start + PAYLOAD_READ_CHUNK]):
+                if schedule is None or schedule.state is not State.SCHEDULED:
+                    continue  # the due family lists pending ids only: a guard, not a case
+                if not self._window.hold(schedule):
+                    return
 
     def _wait_s(self) -> float:
         """Sleep in the consumer until the next timer or the next window slide, at most 50 ms."""

@@ -16,6 +16,17 @@ DUE_BACKLOG = Gauge(
     ["shard"],
     multiprocess_mode="livesum",
 )
+WINDOW_HELD = Gauge(
+    "kpd_window_held_bytes",
+    "Schedules due inside the wheel's window held in memory (bytes, roughly), per shard led here",
+    ["shard"],
+    multiprocess_mode="livesum",
+)
+INDEX_READS = Counter(
+    "kpd_schedule_index_reads_total",
+    "Schedules the delay leader read from RocksDB: new ids checked at ingest, and due ones "
+    "not held in memory",
+)
 SCHEDULED = Counter("kpd_schedules_scheduled_total", "Schedules accepted from the buffer topic")
 DELIVERED = Counter("kpd_schedules_delivered_total", "Schedules delivered to their target")
 CANCELLED = Counter("kpd_schedules_cancelled_total", "Schedules cancelled before delivery")

@@ -152,6 +152,13 @@ class ScheduleIndex:
         data = self._store.get(SCHEDULE_CF, schedule_id.encode())
         return None if data is None else Schedule.decode(schedule_id, data)
 
+    def get_many(self, schedule_ids: list[str]) -> list[Schedule | None]:
+        found = self._store.get_many(SCHEDULE_CF, [sid.encode() for sid in schedule_ids])
+        return [
+            None if data is None else Schedule.decode(sid, data)
+            for sid, data in zip(schedule_ids, found, strict=True)
+        ]
+
     def stage(
         self,
         batch: Batch,

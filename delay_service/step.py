@@ -22,6 +22,8 @@ class Step:
         # records after the commit starts from it instead of reading RocksDB again.
         self.found: dict[str, Schedule | None] = {}
         self.ordered: list[Schedule] = []
+        self.applied: list[Schedule] = []  # the records that changed state, once committed
+        self.index_reads = 0  # schedules read from RocksDB (not held in memory, not written yet)
         self.delivered_due_ms: list[int] = []  # due times of this step's deliveries
         self.scheduled = self.cancelled = self.invalid = self.forwarded = 0
         # (due, id) taken from the wheel: a redo puts them back.
@@ -43,7 +45,7 @@ class Step:
     def index_batch(self, store: Store, index: ScheduleIndex, schedules_topic: str) -> Batch:
         """The RocksDB batch of this step's records, with the schedules positions they reach."""
         batch = store.batch()
-        index.stage(batch, self.ordered, self.found)
+        self.applied = index.stage(batch, self.ordered, self.found)
         # The index now holds these state records: a restart need not read them again.
         for partition, last in self._state_ends.items():
             stage_position(batch, schedules_topic, partition, last + 1)
@@ -59,3 +61,4 @@ class Step:
         metrics.SCHEDULED.inc(self.scheduled)
         metrics.CANCELLED.inc(self.cancelled)
         metrics.INVALID.inc(self.invalid)
+        metrics.INDEX_READS.inc(self.index_reads)

@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, Message
 
 from delay_service.schedules import Schedule, ScheduleIndex
 from delay_service.step import Step
+from delay_service.window_payloads import WindowPayloads
 from foundation.clock import now_ms
 from foundation.config import Settings
 from foundation.delivery_log import Event, log_record
@@ -29,9 +30,13 @@ Record = tuple[bytes | None, bytes | None, list[Header]]  # key, value, headers
 
 class StepWrites:
     def __init__(
-        self, settings: Settings, index: ScheduleIndex, refused: dict[Hashable, str]
+        self,
+        settings: Settings,
+        index: ScheduleIndex,
+        window: WindowPayloads,
+        refused: dict[Hashable, str],
     ) -> None:
-        self.index = index
+        self.index, self.window = index, window
         self.schedules_topic = settings.state_topic("schedules")
         self._log_topic = settings.delivery_log_topic
         self._invalid_topic = settings.invalid_topic
@@ -40,12 +45,17 @@ class StepWrites:
         self.refused = refused  # verdicts of an aborted attempt, by record tag
 
     def lookup(self, step: Step, schedule_id: str) -> Schedule | None:
-        """The id's state as this step leaves it so far (the index read once per step)."""
+        """The id's state as this step leaves it so far: held in memory if it is due in the
+        window, else read from the index (once per step)."""
         if schedule_id in step.records:
             return step.records[schedule_id]
         if schedule_id not in step.found:
             # Only this shard's leader writes its ids, so the index cannot change under the step.
-            step.found[schedule_id] = self.index.get(schedule_id)
+            found = self.window.get(schedule_id)
+            if found is None:
+                found = self.index.get(schedule_id)
+                step.index_reads += 1
+            step.found[schedule_id] = found
         return step.found[schedule_id]
 
     def state(self, step: Step, record: Schedule) -> None:

@@ -52,6 +52,11 @@ class Store:
         value = self._families[family].get(key)
         return None if value is None else bytes(value)
 
+    def get_many(self, family: str, keys: list[bytes]) -> list[bytes | None]:
+        """Values of `keys` in one multi-get, None where a key is absent."""
+        values = self._families[family].get(keys)
+        return [None if value is None else bytes(value) for value in values]
+
     def scan(
         self, family: str, start: bytes = b"", stop: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import itertools
 import random
 import re
+from collections.abc import Callable
 
 import httpx
+from confluent_kafka import Message
 from kafka_helpers import (
     TopicReader,
     assert_never_early,
@@ -451,3 +453,47 @@ def test_delivery_log_and_metrics(sidecar_factory, new_topic, kafka_bootstrap):
         assert metric_total(end, "kpd_schedules_pending") == 0
         assert metric_total(end, "kpd_due_backlog") == 0
         assert end["kpd_leader"] == 1
+
+
+def test_due_schedules_are_delivered_from_memory(sidecar_factory, new_topic, kafka_bootstrap):
+    """A schedule due inside the wheel's window is held in memory, from the step that wrote it or
+    loaded as the window slides to it, so its delivery reads no RocksDB: only ingest's check of a
+    new id does (`kpd_schedule_index_reads_total`). Once delivered, nothing stays held."""
+    sidecar = sidecar_factory("node-held").start()
+    buffer = sidecar.env["KPD_BUFFER_TOPIC"]
+    target = new_topic("held")
+    producer = make_producer(kafka_bootstrap)
+    n = 30
+    with sidecar.client() as http:
+        wait_delivering(http, target)
+        before = metric_values(http)["kpd_schedule_index_reads_total"]
+        enqueued = now_ms()
+        soon = [
+            buffer_record(target, value=b"s", delay_ms=1_500, schedule_id=f"soon-{i}")
+            for i in range(n)
+        ]
+        # Beyond the 10 s window when written: loaded from RocksDB by the slide, ahead of time.
+        later = [
+            buffer_record(target, value=b"l", delay_ms=11_000, schedule_id=f"later-{i}")
+            for i in range(n)
+        ]
+        produce_all(producer, buffer, soon + later, timestamp_ms=enqueued)
+        with TopicReader(kafka_bootstrap, target) as reader:
+
+            def all_of(prefix: str) -> Callable[[list[Message]], bool]:
+                return lambda seen: sum(kpd_id(m).startswith(prefix) for m in seen) == n
+
+            def held() -> float | None:
+                return metric_total(metric_values(http), "kpd_window_held_bytes")
+
+            reader.read_until(all_of("soon-"), 15, "the schedules due soon")
+            wait_for(lambda: (held() or 0) > 0, 11, "the later schedules held as the window slid")
+            reader.read_until(all_of("later-"), 20, "the schedules due later")
+            delivered = [m for m in reader.read_for(0.3) if not kpd_id(m).startswith("warm-up")]
+        assert_never_early(delivered)
+        assert sorted(delivered_ids(delivered)) == sorted(
+            [f"soon-{i}" for i in range(n)] + [f"later-{i}" for i in range(n)]
+        )
+        wait_for(lambda: held() == 0, 10, "nothing held once delivered")
+        reads = metric_values(http)["kpd_schedule_index_reads_total"] - before
+        assert reads == 2 * n, f"{reads} index reads for {2 * n} new ids delivered"

@@ -153,6 +153,19 @@ def test_a_follower_skips_foreign_values_and_applies_the_rest(tmp_path: Path) ->
     assert list(index.due_between(index.shards.of_key("a"), 0, 2**62)) == []
 
 
+def test_many_ids_are_read_in_one_call_in_order(tmp_path: Path) -> None:
+    """The window slide's multi-get: each id's state where the id was asked, None if unknown."""
+    store = Store(tmp_path / "db", ["schedule", "due"])
+    index = ScheduleIndex(store, ShardMap(2, 2))
+    first = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE, value=b"1")
+    other = Schedule(schedule_id="c", state=State.SCHEDULED, target="p", due_ms=DUE + 1)
+    batch = store.batch()
+    index.stage(batch, [first, other])
+    store.write(batch)
+    assert index.get_many(["c", "nope", "a"]) == [other, None, first]
+    assert index.get_many([]) == []
+
+
 def test_staging_starts_from_states_the_caller_has_read(tmp_path: Path) -> None:
     """A leader's step read each id once; staging its records after the commit trusts that read
     (a second RocksDB read per delivery is what it saves) and still moves only forward."""
