@@ -18,7 +18,9 @@ One run, one broker, one `kpd run` process (real Kafka, real RocksDB), printing:
   * burst: N records due in the same millisecond; drain rate = N / (last delivery - due);
   * what the broker wrote per scheduled record (the burst's ingest) and per delivery (its drain),
     records and bytes by topic (`bench/broker_writes.py`);
-  * the sidecar's garbage-collection pauses during each lateness phase (`bench/gc_pauses.py`);
+  * the sidecar's garbage-collection pauses during each lateness phase (`bench/gc_pauses.py`),
+    and its RocksDB reads of schedule state (a new id's check at ingest, a due schedule it did
+    not hold in memory);
   * RSS (VmRSS) of the sidecar with 0 and with each --pending count of far-future schedules,
     right after their ingest and again once the worker has handed freed memory back.
 Every record is 100 bytes of value, a 16-byte key and one user header.
@@ -216,6 +218,10 @@ class Sidecar(SidecarProcess):
                     values[sample.name] = values.get(sample.name, 0.0) + sample.value
         return values
 
+    def index_reads(self) -> float | None:
+        """Schedules the delay leaders read from RocksDB so far (None: a sidecar without it)."""
+        return self.metrics().get("kpd_schedule_index_reads_total")
+
     def wait_delivering(self, target: str) -> None:
         sid = f"warm-{uuid.uuid4().hex[:6]}"
         httpx.post(
@@ -322,11 +328,12 @@ def sustained(
     far = create_topic(admin, f"bench-far-{uuid.uuid4().hex[:6]}")
     ingest = PacedIngest(bootstrap, sidecar.buffer, far, ingest_rate, args.seconds)
     time.sleep(max(0.0, (start_ms - now_ms()) / 1000))  # the far-future load starts with the dues
-    gc_before = gc_pauses.read(sidecar.url)
+    gc_before, reads_before = gc_pauses.read(sidecar.url), sidecar.index_reads()
     if ingest_rate:
         ingest.start()
     rows = read_deliveries(bootstrap, target, n, args.seconds + 120)
     gc_row = gc_pauses.read(sidecar.url).minus(gc_before).row()
+    reads = reads_text(reads_before, sidecar.index_reads())
     if ingest_rate:
         ingest.join()
         total = before + n + ingest.sent
@@ -341,8 +348,16 @@ def sustained(
     return (
         f"{args.rate}/s due for {args.seconds} s, {load}{len(rows)} delivered, {early} early; "
         f"lateness at the broker (LogAppendTime) {lateness_row(rows, 1)}; "
-        f"read_committed-visible lateness {lateness_row(rows, 2)}; GC pauses: {gc_row}"
+        f"read_committed-visible lateness {lateness_row(rows, 2)}; {reads}; GC pauses: {gc_row}"
     )
+
+
+def reads_text(before: float | None, after: float | None) -> str:
+    """RocksDB reads of schedule state during a phase: new ids checked at ingest, and due
+    schedules the leader did not hold in memory."""
+    if before is None or after is None:
+        return "RocksDB schedule reads not reported"
+    return f"{after - before:,.0f} RocksDB schedule reads"
 
 
 def run(bootstrap: str, args: argparse.Namespace) -> None:
@@ -383,9 +398,10 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         if now_ms() > due:
             print("  !! burst not fully scheduled before its due time")
         scheduled = snapshot(bootstrap, topics, data_dir)
-        gc_before = gc_pauses.read(sidecar.url)
+        gc_before, reads_before = gc_pauses.read(sidecar.url), sidecar.index_reads()
         rows = read_deliveries(bootstrap, target, args.burst, 300)
         gc_row = gc_pauses.read(sidecar.url).minus(gc_before).row()
+        reads = reads_text(reads_before, sidecar.index_reads())
         time.sleep(1.0)  # the last step's markers and state records are in too
         drained = snapshot(bootstrap, topics, data_dir)
         results["writes"] = "\n".join(
@@ -402,7 +418,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         results["burst"] = (
             f"{len(rows)} due at one instant: last delivered {drain_s:.2f} s after due "
             f"({burst_rate:,.0f}/s), last visible {visible_s:.2f} s "
-            f"({len(rows) / visible_s:,.0f}/s); {early} early; GC pauses: {gc_row}"
+            f"({len(rows) / visible_s:,.0f}/s); {early} early; {reads}; GC pauses: {gc_row}"
         )
         print("burst:", results["burst"])
         sidecar.stop()
