@@ -1,6 +1,7 @@
 """Write the step's copies: retries (now, or later through the delay service) and dead letters.
 
-Leases keep only offsets, so each message is read again from Kafka (`revive.reader`). Sizes are
+Leases keep only offsets: a message is taken from what the leader still holds of what it handed
+out (`revive.held_records`), or else read again from Kafka (`revive.reader`). Sizes are
 checked before anything is written, so the broker never refuses a copy (DESIGN principle 6): a
 message too large to come back as a retry (bigger than `KPD_MAX_RECORD_BYTES` once kpd's headers
 are on it) is dead-lettered with that reason instead, and a dead letter that cannot carry its
@@ -9,8 +10,9 @@ payload is written truncated (`foundation.record_size.fitted`), never not at all
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import structlog
-from confluent_kafka import Message
 
 from foundation.clock import now_ms
 from foundation.config import GroupSettings, Settings
@@ -19,6 +21,7 @@ from foundation.record_size import Header, copy_limit, fitted, record_bytes
 from revive import metrics
 from revive.copies import DLQ_REASON, Origin, copy_headers, trusted_or_flagged
 from revive.fetcher import source_topic
+from revive.held_records import HeldRecords, Place, Readable
 from revive.pop_state import PopState
 from revive.pop_step import Copy, PopStep
 from revive.reader import OffsetReader
@@ -27,23 +30,23 @@ log = structlog.get_logger(__name__)
 
 
 class Copier:
-    def __init__(self, settings: Settings, state: PopState, reader: OffsetReader) -> None:
-        self._settings, self._state, self._reader = settings, state, reader
+    def __init__(
+        self, settings: Settings, state: PopState, reader: OffsetReader, held: HeldRecords
+    ) -> None:
+        self._settings, self._state, self._reader, self._held = settings, state, reader, held
         self._limit = copy_limit(settings.max_record_bytes)
 
     def write(self, step: PopStep) -> None:
         if not step.copies:
             return
-        wanted = {(source_topic(c.key[1]), c.key[2], c.offset) for c in step.copies}
-        found = self._reader.read(wanted)
+        found = self._records(step.copies)
         now = now_ms()
         for copy in step.copies:
-            group_name, lane, partition = copy.key
-            message = found.get((source_topic(lane), partition, copy.offset))
+            message = found.get((copy.key, copy.offset))
             if message is None:
-                log.warning("record to copy is gone", lane=lane, offset=copy.offset)
+                log.warning("record to copy is gone", lane=copy.key[1], offset=copy.offset)
                 continue
-            group = self._settings.group(group_name)
+            group = self._settings.group(copy.key[0])
             assert group.retry_topic is not None
             origin = trusted_or_flagged(message, group.retry_topic).origin
             headers = copy_headers(message, origin, copy.delivery_count)
@@ -55,7 +58,33 @@ class Copier:
             else:
                 self._dead_letter(step, group, message, (origin, headers), copy, reason, now)
 
-    def _too_large_to_retry(self, message: Message, headers: list[Header]) -> str | None:
+    def _records(self, copies: list[Copy]) -> dict[Place, Readable]:
+        """The records to copy that still exist: held ones if still in their partition (one
+        watermark look per partition: a record deleted since it was leased is gone), the others
+        read back from Kafka."""
+        found: dict[Place, Readable] = {}
+        held_in: dict[tuple[str, int], list[Place]] = defaultdict(list)
+        wanted: dict[tuple[str, int, int], list[Place]] = defaultdict(list)
+        for copy in copies:
+            place = (copy.key, copy.offset)
+            record = self._held.get(*place)
+            if record is None:
+                wanted[(source_topic(copy.key[1]), copy.key[2], copy.offset)].append(place)
+            else:
+                found[place] = record
+                held_in[(record.topic(), record.partition())].append(place)
+        for (topic, partition), places in held_in.items():
+            present = self._reader.present(topic, partition, {offset for _, offset in places})
+            for place in places:
+                if place[1] not in present:
+                    del found[place]
+        if wanted:
+            metrics.COPY_READS.inc(len(wanted))
+            for at, message in self._reader.read(set(wanted)).items():
+                found.update((place, message) for place in wanted[at])
+        return found
+
+    def _too_large_to_retry(self, message: Readable, headers: list[Header]) -> str | None:
         size = record_bytes(message.key(), message.value(), headers)
         limit = self._settings.max_record_bytes
         if size <= limit:
@@ -66,7 +95,7 @@ class Copier:
         self,
         step: PopStep,
         group: GroupSettings,
-        message: Message,
+        message: Readable,
         copied: tuple[Origin, list[Header]],
         copy: Copy,
         now: int,
@@ -92,7 +121,7 @@ class Copier:
         self,
         step: PopStep,
         group: GroupSettings,
-        message: Message,
+        message: Readable,
         copied: tuple[Origin, list[Header]],
         copy: Copy,
         reason: str,

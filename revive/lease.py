@@ -16,6 +16,7 @@ from revive import metrics
 from revive.answers import message_json
 from revive.copies import Provenance
 from revive.fetcher import UNTRUSTED, Fetched, GroupFetcher, LaneKey
+from revive.held_records import HeldRecords
 from revive.ledger import Outcome
 from revive.pop_state import PopState
 from revive.pop_step import Copy, PopStep
@@ -25,8 +26,8 @@ from revive.requests import PopRequest
 
 
 class Leaser:
-    def __init__(self, state: PopState, codec: ReceiptCodec) -> None:
-        self._state, self._codec = state, codec
+    def __init__(self, state: PopState, codec: ReceiptCodec, held: HeldRecords) -> None:
+        self._state, self._codec, self._held = state, codec, held
 
     def lease(
         self, request: PopRequest, fetcher: GroupFetcher, step: PopStep
@@ -43,6 +44,7 @@ class Leaser:
             counts = record.delivery_counts
             texts = self._codec.encode_batch(*key, record.checkpoint_id, record.offsets, counts)
             for (message, found), count, text in zip(batch, counts, texts, strict=True):
+                self._held.keep(key, message)  # a nack or an expiry copies it from memory
                 out.append(message_json(message, found.origin, text, count, deadline))
                 step.log(Event.DELIVERED, message, found.origin, count, now, group=request.group)
         metrics.POPPED.inc(len(out))
@@ -56,6 +58,7 @@ class Leaser:
             key = (fetcher.group, lane, partition)
             record = self._checkpoint(key, batch, now, now, step)
             for message, found in batch:
+                self._held.keep(key, message)
                 offset = message.offset()
                 settled = AckRecord(*key, record.checkpoint_id, offset, Outcome.DEAD_LETTERED, now)
                 self._state.apply(settled)

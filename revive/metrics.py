@@ -8,6 +8,10 @@ POPPED = Counter("kpd_pop_messages_total", "Messages handed out by pop (each del
 ACKED = Counter("kpd_pop_acked_total", "Deliveries acked")
 RETRIED = Counter("kpd_pop_retried_total", "Messages copied to a retry topic (nack or expiry)")
 DEAD_LETTERED = Counter("kpd_pop_dead_lettered_total", "Messages copied to a dead-letter topic")
+COPY_READS = Counter(
+    "kpd_pop_copy_reads_total",
+    "Messages read back from Kafka to copy them (retry, dead letter): not held by the leader",
+)
 REQUEST_SECONDS = Histogram(
     "kpd_pop_request_seconds",
     "Time to answer pop-group calls (leader side)",

@@ -18,7 +18,7 @@ from foundation.delivery_log import Event, log_record
 from foundation.transactions import Transaction
 from revive.copies import Origin
 from revive.pop_state import LedgerKey, PopState, Written
-from revive.records import CheckpointRecord, StateRecord, pack_batch
+from revive.records import AckRecord, CheckpointRecord, StateRecord, pack_batch
 
 
 @dataclass
@@ -38,6 +38,7 @@ class PopStep:
         self.txn = Transaction(producer, timeout_s)
         self.groups: set[str] = set()  # groups whose committed offsets may move
         self.copies: list[Copy] = []
+        self.settled: list[tuple[LedgerKey, int]] = []  # deliveries this step ends (ledger, offset)
         self.answers: list[tuple[Future[Any], Any]] = []
         self._records: dict[LedgerKey, list[bytes]] = {}  # each ledger's records, in order
         self._checkpoints: dict[LedgerKey, list[Written]] = {}  # checkpoints opened, per ledger
@@ -49,6 +50,8 @@ class PopStep:
         if isinstance(record, CheckpointRecord):
             written = (record.checkpoint_id, record.offsets[-1])
             self._checkpoints.setdefault(record.key, []).append(written)
+        elif isinstance(record, AckRecord):
+            self.settled.append((record.key, record.offset))
         self.groups.add(record.group)
 
     def write_records(self, state_topic: str, state: PopState) -> None:

@@ -36,7 +36,7 @@ class OffsetReader:
             by_partition[(topic, partition)].add(offset)
         found: dict[tuple[str, int, int], Message] = {}
         for (topic, partition), asked in by_partition.items():
-            offsets = self._present(topic, partition, asked)
+            offsets = self.present(topic, partition, asked)
             if not offsets:
                 continue
             self._consumer.assign([TopicPartition(topic, partition, min(offsets))])
@@ -53,7 +53,7 @@ class OffsetReader:
             self._consumer.unassign()
         return found
 
-    def _present(self, topic: str, partition: int, offsets: set[int]) -> set[int]:
+    def present(self, topic: str, partition: int, offsets: set[int]) -> set[int]:
         """The offsets still in the partition (at or above its low watermark)."""
         try:
             low, high = self._consumer.get_watermark_offsets(

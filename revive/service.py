@@ -34,6 +34,7 @@ from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache, TopicSpec, ensure_topics, with_message_limit
 from revive.copier import Copier
 from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic, source_topic
+from revive.held_records import HeldRecords
 from revive.lease import Leaser
 from revive.offsets import OffsetCommitter
 from revive.pop_follower import Handover
@@ -49,6 +50,9 @@ from revive.stats import group_stats
 log = structlog.get_logger(__name__)
 
 IDLE_WAIT_S = 0.005  # how often the thread looks for new records between requests
+# What the leader holds of the records it handed out, for nacks and expiries to copy without
+# reading them back (`revive.held_records`): some 50k leases of 300-byte records per shard.
+HELD_RECORD_BYTES = 16 * 1024 * 1024
 FLOOR_EVERY_S = 1.0  # how often replay floors and never-committed watermarks are looked for
 Request = PopRequest | SettleRequest
 
@@ -95,9 +99,10 @@ class PopService:
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
         self._handover = handover
         self.state = handover[0] if handover is not None else PopState(deps.shards)
-        self._leaser = Leaser(self.state, deps.codec)
+        self._held = HeldRecords(HELD_RECORD_BYTES)
+        self._leaser = Leaser(self.state, deps.codec, self._held)
         self._settler = Settler(settings, self.state)
-        self._copier = Copier(settings, self.state, self._reader)
+        self._copier = Copier(settings, self.state, self._reader, self._held)
         self._offsets = OffsetCommitter(self.state)
 
     # -- called from HTTP handlers (any thread) --------------------------------------------
@@ -192,6 +197,8 @@ class PopService:
                 step.txn.send_offsets(offsets, self._floor.consumer.consumer_group_metadata())
             step.txn.commit()
             self._floors_sent.update(floors)
+            for key, offset in step.settled:  # their copies, if any, are written
+                self._held.drop(key, offset)
 
     def _forget_deleted_topics(self) -> None:
         """Once a second, before anything is revived: a fetched topic deleted meanwhile takes its

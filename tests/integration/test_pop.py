@@ -161,6 +161,36 @@ def test_nack_with_delay_and_with_group_backoff(leader, group, new_topic, kafka_
             assert record.timestamp()[1] >= due[record.key()]  # never early
 
 
+def test_copies_are_made_from_the_records_the_leader_handed_out(
+    leader, group, new_topic, kafka_bootstrap
+) -> None:
+    """A nack, an expired lease and a reject are copied from what the leader holds since it
+    handed the records out: nothing is read back from Kafka (`kpd_pop_copy_reads_total`), and
+    each copy carries its message as produced (key, value, user headers)."""
+    topic = new_topic()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for name in ("nacked", "expired", "rejected"):
+        producer.produce(topic, name.encode() * 3, key=name.encode(), headers=[("trace", name)])
+    assert producer.flush(30) == 0
+    with leader.client() as http, KpdClient(leader.url) as kpd:
+        popped = {m.key: m for m in pop_until(kpd, group, topic, 3, invisible_ms=1500)}
+        assert kpd.nack(group, [popped["nacked"].receipt], delay_ms=0)[0]["status"] == "requeued"
+        [rejected] = kpd.reject(group, [popped["rejected"].receipt], reason="no")
+        assert rejected["status"] == "dead_lettered"
+        back = pop_until(kpd, group, topic, 2)  # the nacked one at once, the other on expiry
+        assert sorted((m.key, m.value, m.headers, m.delivery_count) for m in back) == [
+            ("expired", b"expiredexpiredexpired", {"trace": "expired"}, 2),
+            ("nacked", b"nackednackednacked", {"trace": "nacked"}, 2),
+        ]
+        [dead] = read_all(kafka_bootstrap, leader.dlq_topic(group), 1)
+        assert (dead.key(), dead.value()) == (b"rejected", b"rejectedrejectedrejected")
+        assert dict(dead.headers())["trace"] == b"rejected"
+        values = metric_values(http)
+        assert values["kpd_pop_retried_total"] == 2
+        assert values["kpd_pop_dead_lettered_total"] == 1
+        assert values["kpd_pop_copy_reads_total"] == 0
+
+
 def test_extend_keeps_a_message_invisible(leader, group, new_topic, kafka_bootstrap) -> None:
     topic = new_topic()
     produce(kafka_bootstrap, topic, ["slow"])
@@ -456,6 +486,8 @@ def test_standby_takes_over_pops_after_the_leader_is_killed(
             assert message.timestamp_ms >= lease_ends[message.value]
         assert kpd.pop(group, topic, wait_ms=1000) == []  # acked ones never come back
         assert {r["status"] for r in kpd.ack(group, [m.receipt for m in back])} == {"acked"}
+    with standby.client() as http:  # leased before the takeover: read back from Kafka to copy
+        assert metric_values(http)["kpd_pop_copy_reads_total"] == 10
     print(f"pop takeover after SIGKILL: {takeover_s:.1f} s")
     assert takeover_s < 30
 
