@@ -43,7 +43,6 @@ import httpx
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -207,16 +206,6 @@ class Sidecar(SidecarProcess):
 
     def start(self) -> float:
         return self.launch(timeout_s=900)
-
-    def metrics(self) -> dict[str, float]:
-        """Samples by name summed over their labels (per-shard gauges); no histogram buckets."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        values: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if "le" not in sample.labels:
-                    values[sample.name] = values.get(sample.name, 0.0) + sample.value
-        return values
 
     def index_reads(self) -> float | None:
         """Schedules the delay leaders read from RocksDB so far (None: a sidecar without it)."""

@@ -532,6 +532,21 @@ def produce_to_pop(
     }
 
 
+def configure_share_group(admin: AdminClient, name: str) -> None:
+    """A share group that starts at the earliest offset and reads committed records only."""
+    configs = {"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"}
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        name,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
 def share_throughput(
     ctx: Any,
     bootstrap: str,
@@ -546,17 +561,7 @@ def share_throughput(
     warm, topic = create_topic(admin, f"{name}-warm"), create_topic(admin, name)
     produce_backlog(bootstrap, warm, WARM_UP_RECORDS)
     _, held = produce_backlog(bootstrap, topic, target, **{"transactional.id": name})
-    configs = {"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"}
-    resource = ConfigResource(
-        ResourceType.GROUP,
-        name,
-        incremental_configs=[
-            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in configs.items()
-        ],
-    )
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(timeout=30)
+    configure_share_group(admin, name)
     counter, ready = ctx.Value("q", 0), ctx.Array("b", procs)
     stop_at = time.time() + limit_s + WARM_UP_LIMIT_S
     visible: list[float] = []

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.broker_for_tests import free_port
 
@@ -118,6 +119,16 @@ class SidecarProcess:
         pid = self.process.pid
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         return [int(child) for child in children]
+
+    def metrics(self) -> dict[str, float]:
+        """Samples by name summed over their labels (per-shard gauges); no histogram buckets."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        values: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if "le" not in sample.labels:
+                    values[sample.name] = values.get(sample.name, 0.0) + sample.value
+        return values
 
     def cpu_s(self) -> float:
         """User + system CPU seconds so far of the supervisor and its workers together."""
