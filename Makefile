@@ -63,6 +63,7 @@ compat: install
 bench: install
 	$(PY) bench/delay.py
 	$(PY) bench/pop.py
+	$(PY) bench/revive.py
 	$(PY) bench/audit.py
 
 clean: down
