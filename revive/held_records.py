@@ -34,13 +34,18 @@ class HeldRecord(msgspec.Struct, gc=False):
     _value: bytes | None
     _headers: tuple[tuple[str, bytes | None], ...]
     _timestamp: tuple[int, int]
+    size: int  # what holding it costs, counted once
 
     @classmethod
     def of(cls, message: Message) -> HeldRecord:
         headers = tuple(message.headers() or ())
+        key, value = message.key(), message.value()
+        size = ENTRY_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
+        if headers:
+            size += sum(len(name) + len(header or b"") for name, header in headers)
         return cls(
             message.topic() or "", message.partition() or 0, message.offset() or 0,
-            message.key(), message.value(), headers, message.timestamp(),
+            key, value, headers, message.timestamp(), size,
         )  # fmt: skip
 
     def topic(self) -> str:
@@ -64,10 +69,6 @@ class HeldRecord(msgspec.Struct, gc=False):
     def timestamp(self) -> tuple[int, int]:
         return self._timestamp
 
-    def size(self) -> int:
-        headers = sum(len(name) + len(value or b"") for name, value in self._headers)
-        return ENTRY_OVERHEAD_BYTES + len(self._key or b"") + len(self._value or b"") + headers
-
 
 Readable = Message | HeldRecord  # what the copier can copy from
 
@@ -85,12 +86,12 @@ class HeldRecords:
         """Hold a record just leased, making room by dropping the oldest ones."""
         record = HeldRecord.of(message)
         self.drop(key, record.offset())
-        size = record.size()
+        size = record.size
         if size > self._budget:
             return
         while self.bytes + size > self._budget:
             _, oldest = self._held.popitem(last=False)
-            self.bytes -= oldest.size()
+            self.bytes -= oldest.size
         self._held[(key, record.offset())] = record
         self.bytes += size
 
@@ -100,4 +101,4 @@ class HeldRecords:
     def drop(self, key: LedgerKey, offset: int) -> None:
         record = self._held.pop((key, offset), None)
         if record is not None:
-            self.bytes -= record.size()
+            self.bytes -= record.size

@@ -29,7 +29,7 @@ def test_a_held_record_reads_like_the_message_it_came_from():
     assert copy_headers(held, provenance(held, "retry").origin, 2) == copy_headers(
         original, provenance(original, "retry").origin, 2
     )
-    assert held.size() == ENTRY_OVERHEAD_BYTES + 1 + 50 + 2 + 1
+    assert held.size == ENTRY_OVERHEAD_BYTES + 1 + 50 + 2 + 1
     assert not gc.is_tracked(held)  # a busy shard holds thousands: collections do not walk them
 
 
@@ -58,7 +58,7 @@ def test_kept_until_dropped_and_a_message_without_headers():
 
 
 def test_the_oldest_make_room_and_what_never_fits_is_not_held():
-    one = HeldRecord.of(message(0)).size()
+    one = HeldRecord.of(message(0)).size
     held = HeldRecords(budget_bytes=3 * one)
     for offset in range(5):
         held.keep(KEY, message(offset))
@@ -81,7 +81,7 @@ def test_bytes_are_exact_and_within_budget(operations, budget):
         if keep:
             held.keep(KEY, message(offset, value))
             model.pop(offset, None)
-            if HeldRecord.of(message(offset, value)).size() <= budget:
+            if HeldRecord.of(message(offset, value)).size <= budget:
                 model[offset] = value
         else:
             held.drop(KEY, offset)
@@ -89,5 +89,5 @@ def test_bytes_are_exact_and_within_budget(operations, budget):
         present = [o for o in model if held.get(KEY, o) is not None]
         assert all(held.get(KEY, o).value() == model[o] for o in present)
         assert present == list(model)[len(model) - len(present) :]  # the oldest went first
-        assert held.bytes == sum(held.get(KEY, o).size() for o in present) <= budget
+        assert held.bytes == sum(held.get(KEY, o).size for o in present) <= budget
         assert len(held) == len(present)
