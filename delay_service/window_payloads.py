@@ -18,15 +18,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from delay_service.schedules import Schedule, State
+from foundation.record_size import record_bytes
 
 ENTRY_OVERHEAD_BYTES = 200  # the struct, its dict slot and the id string, roughly
 
 
 def held_bytes(schedule: Schedule) -> int:
     """What holding `schedule` costs, counted the same way when it is held and dropped."""
-    headers = sum(len(name) + len(value or b"") for name, value in schedule.headers)
-    payload = len(schedule.key or b"") + len(schedule.value or b"")
-    return ENTRY_OVERHEAD_BYTES + len(schedule.schedule_id) + payload + headers
+    record = record_bytes(schedule.key, schedule.value, schedule.headers)
+    return ENTRY_OVERHEAD_BYTES + len(schedule.schedule_id) + record
 
 
 class WindowPayloads:

@@ -21,6 +21,8 @@ Header = tuple[str, bytes | None]
 
 
 def header_bytes(headers: Sequence[Header]) -> int:
+    if not headers:  # most records: no generator to build (a pop holds each record it hands out)
+        return 0
     framing = HEADER_FRAMING_BYTES
     return sum(len(name.encode()) + len(value or b"") + framing for name, value in headers)
 

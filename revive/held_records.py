@@ -16,6 +16,7 @@ from collections import OrderedDict
 import msgspec
 from confluent_kafka import Message
 
+from foundation.record_size import record_bytes
 from revive.pop_state import LedgerKey
 
 ENTRY_OVERHEAD_BYTES = 250  # the struct, its key tuple and the ordered dict's node, roughly
@@ -40,9 +41,7 @@ class HeldRecord(msgspec.Struct, gc=False):
     def of(cls, message: Message) -> HeldRecord:
         headers = tuple(message.headers() or ())
         key, value = message.key(), message.value()
-        size = ENTRY_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
-        if headers:
-            size += sum(len(name) + len(header or b"") for name, header in headers)
+        size = ENTRY_OVERHEAD_BYTES + record_bytes(key, value, headers)
         return cls(
             message.topic() or "", message.partition() or 0, message.offset() or 0,
             key, value, headers, message.timestamp(), size,

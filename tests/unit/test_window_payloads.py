@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from delay_service.schedules import Schedule, State
 from delay_service.window_payloads import ENTRY_OVERHEAD_BYTES, WindowPayloads, held_bytes
+from foundation.record_size import HEADER_FRAMING_BYTES
 
 WINDOW_END = 10_000
 
@@ -18,7 +19,8 @@ def pending(schedule_id: str, due_ms: int = 5_000, value: bytes = b"v" * 100) ->
 
 
 def test_held_bytes_counts_payload_headers_and_id():
-    assert held_bytes(pending("abc")) == ENTRY_OVERHEAD_BYTES + 3 + 1 + 100 + 2 + 1
+    headers = (1 + 1 + HEADER_FRAMING_BYTES) + (1 + 0 + HEADER_FRAMING_BYTES)
+    assert held_bytes(pending("abc")) == ENTRY_OVERHEAD_BYTES + 3 + 1 + 100 + headers
 
 
 def test_applied_holds_pending_in_window_and_drops_everything_else():
