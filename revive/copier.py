@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import structlog
+from confluent_kafka import Message
 
 from foundation.clock import now_ms
 from foundation.config import GroupSettings, Settings
@@ -21,7 +22,7 @@ from foundation.record_size import Header, copy_limit, fitted, record_bytes
 from revive import metrics
 from revive.copies import DLQ_REASON, Origin, copy_headers, trusted_or_flagged
 from revive.fetcher import source_topic
-from revive.held_records import HeldRecords, Place, Readable
+from revive.held_records import HeldRecords, Place
 from revive.pop_state import PopState
 from revive.pop_step import Copy, PopStep
 from revive.reader import OffsetReader
@@ -58,11 +59,11 @@ class Copier:
             else:
                 self._dead_letter(step, group, message, (origin, headers), copy, reason, now)
 
-    def _records(self, copies: list[Copy]) -> dict[Place, Readable]:
+    def _records(self, copies: list[Copy]) -> dict[Place, Message]:
         """The records to copy that still exist: held ones if still in their partition (one
         watermark look per partition: a record deleted since it was leased is gone), the others
         read back from Kafka."""
-        found: dict[Place, Readable] = {}
+        found: dict[Place, Message] = {}
         held_in: dict[tuple[str, int], list[Place]] = defaultdict(list)
         wanted: dict[tuple[str, int, int], list[Place]] = defaultdict(list)
         for copy in copies:
@@ -84,7 +85,7 @@ class Copier:
                 found.update((place, message) for place in wanted[at])
         return found
 
-    def _too_large_to_retry(self, message: Readable, headers: list[Header]) -> str | None:
+    def _too_large_to_retry(self, message: Message, headers: list[Header]) -> str | None:
         size = record_bytes(message.key(), message.value(), headers)
         limit = self._settings.max_record_bytes
         if size <= limit:
@@ -95,7 +96,7 @@ class Copier:
         self,
         step: PopStep,
         group: GroupSettings,
-        message: Readable,
+        message: Message,
         copied: tuple[Origin, list[Header]],
         copy: Copy,
         now: int,
@@ -121,7 +122,7 @@ class Copier:
         self,
         step: PopStep,
         group: GroupSettings,
-        message: Readable,
+        message: Message,
         copied: tuple[Origin, list[Header]],
         copy: Copy,
         reason: str,

@@ -43,8 +43,8 @@ class Leaser:
             record = self._checkpoint(key, batch, deadline, now, step)
             counts = record.delivery_counts
             texts = self._codec.encode_batch(*key, record.checkpoint_id, record.offsets, counts)
+            self._held.keep(key, (message for message, _ in batch))  # for a nack's copy
             for (message, found), count, text in zip(batch, counts, texts, strict=True):
-                self._held.keep(key, message)  # a nack or an expiry copies it from memory
                 out.append(message_json(message, found.origin, text, count, deadline))
                 step.log(Event.DELIVERED, message, found.origin, count, now, group=request.group)
         metrics.POPPED.inc(len(out))
@@ -57,8 +57,8 @@ class Leaser:
         for (lane, partition), batch in _by_lane(taken).items():
             key = (fetcher.group, lane, partition)
             record = self._checkpoint(key, batch, now, now, step)
+            self._held.keep(key, (message for message, _ in batch))
             for message, found in batch:
-                self._held.keep(key, message)
                 offset = message.offset()
                 settled = AckRecord(*key, record.checkpoint_id, offset, Outcome.DEAD_LETTERED, now)
                 self._state.apply(settled)

@@ -12,6 +12,13 @@ COPY_READS = Counter(
     "kpd_pop_copy_reads_total",
     "Messages read back from Kafka to copy them (retry, dead letter): not held by the leader",
 )
+HELD_BYTES = Gauge(
+    "kpd_pop_held_bytes",
+    "Records handed out and not yet settled, held for their copies (bytes, roughly), per shard "
+    "led here",
+    ["shard"],
+    multiprocess_mode="livesum",
+)
 REQUEST_SECONDS = Histogram(
     "kpd_pop_request_seconds",
     "Time to answer pop-group calls (leader side)",

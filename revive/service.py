@@ -32,6 +32,7 @@ from foundation.kafka_clients import release_producer, transactional_producer
 from foundation.shards import ShardMap
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache, TopicSpec, ensure_topics, with_message_limit
+from revive import metrics
 from revive.copier import Copier
 from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic, source_topic
 from revive.held_records import HeldRecords
@@ -100,6 +101,7 @@ class PopService:
         self._handover = handover
         self.state = handover[0] if handover is not None else PopState(deps.shards)
         self._held = HeldRecords(HELD_RECORD_BYTES)
+        self._held_bytes = metrics.HELD_BYTES.labels(str(shard))
         self._leaser = Leaser(self.state, deps.codec, self._held)
         self._settler = Settler(settings, self.state)
         self._copier = Copier(settings, self.state, self._reader, self._held)
@@ -199,6 +201,7 @@ class PopService:
             self._floors_sent.update(floors)
             for key, offset in step.settled:  # their copies, if any, are written
                 self._held.drop(key, offset)
+            self._held_bytes.set(self._held.bytes)
 
     def _forget_deleted_topics(self) -> None:
         """Once a second, before anything is revived: a fetched topic deleted meanwhile takes its
@@ -244,6 +247,7 @@ class PopService:
         self._reader.close()
         self._floor.close()
         release_producer(self._producer)
+        self._held_bytes.set(0)
 
     def _drain(self, block: bool = True) -> list[tuple[Request, Future[Any]]]:
         items = []

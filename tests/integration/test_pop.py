@@ -12,6 +12,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartiti
 from kafka_helpers import (
     TopicReader,
     led_shards,
+    metric_total,
     metric_values,
     standby_shards,
     unique,
@@ -19,7 +20,9 @@ from kafka_helpers import (
 )
 
 from devtools.broker_for_tests import free_port
+from foundation.record_size import HEADER_FRAMING_BYTES
 from kpd_client import KpdClient, run_worker
+from revive.held_records import ENTRY_OVERHEAD_BYTES
 
 
 def produce(bootstrap: str, topic: str, values: list[str]) -> None:
@@ -174,6 +177,9 @@ def test_copies_are_made_from_the_records_the_leader_handed_out(
     assert producer.flush(30) == 0
     with leader.client() as http, KpdClient(leader.url) as kpd:
         popped = {m.key: m for m in pop_until(kpd, group, topic, 3, invisible_ms=1500)}
+        # entry + key (n) + value (3n) + the header ("trace", n) with its framing, for each of the 3
+        held = sum(ENTRY_OVERHEAD_BYTES + 5 * len(n) + 5 + HEADER_FRAMING_BYTES for n in popped)
+        assert metric_total(metric_values(http), "kpd_pop_held_bytes") == held
         assert kpd.nack(group, [popped["nacked"].receipt], delay_ms=0)[0]["status"] == "requeued"
         [rejected] = kpd.reject(group, [popped["rejected"].receipt], reason="no")
         assert rejected["status"] == "dead_lettered"
@@ -189,6 +195,8 @@ def test_copies_are_made_from_the_records_the_leader_handed_out(
         assert values["kpd_pop_retried_total"] == 2
         assert values["kpd_pop_dead_lettered_total"] == 1
         assert values["kpd_pop_copy_reads_total"] == 0
+        assert all(r["status"] == "acked" for r in kpd.ack(group, [m.receipt for m in back]))
+        assert metric_total(metric_values(http), "kpd_pop_held_bytes") == 0  # all settled
 
 
 def test_extend_keeps_a_message_invisible(leader, group, new_topic, kafka_bootstrap) -> None:
