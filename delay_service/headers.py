@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from foundation.record_size import record_bytes
 from foundation.topics import is_kafka_internal
@@ -31,21 +32,18 @@ class InvalidRecord(ValueError):
     """The record breaks the buffer-topic contract; `str(self)` says how."""
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleRequest:
+class ScheduleRequest(msgspec.Struct, frozen=True, gc=False):
     schedule_id: str
     target: str
     due_ms: int
     headers: tuple[tuple[str, bytes | None], ...]  # the user's (null values kept), no kpd ones
 
 
-@dataclass(frozen=True, slots=True)
-class CancelRequest:
+class CancelRequest(msgspec.Struct, frozen=True, gc=False):
     schedule_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True, gc=False):
     max_delay_ms: int
     max_record_bytes: int
     forbidden_targets: frozenset[str]  # kpd's own topics: delivering into them would loop

@@ -13,8 +13,8 @@ retry-topic record with headers kpd cannot trust is dead-lettered with the reaso
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 from confluent_kafka import Message
 
 DELIVERY_COUNT = "kpd-delivery-count"
@@ -45,8 +45,7 @@ class UntrustedHeaders(ValueError):
     """A retry-topic record whose kpd headers are missing, malformed or out of range."""
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
+class Origin(msgspec.Struct, frozen=True, gc=False):
     """Where a message was first produced; a retry copy's origin is its original's."""
 
     topic: str
@@ -58,8 +57,7 @@ class Origin:
         return cls(message.topic(), message.partition(), message.offset())
 
 
-@dataclass(frozen=True, slots=True)
-class Provenance:
+class Provenance(msgspec.Struct, frozen=True, gc=False):
     origin: Origin
     previous_deliveries: int  # 0 for an original, the copy's count for a retry
     distrust: str | None = None  # why a retry copy's kpd headers cannot be trusted

@@ -43,10 +43,10 @@ import hashlib
 import hmac
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 
 import msgpack
+import msgspec
 
 MAX_RECEIPT_CHARS = 512
 MIN_SECRET_BYTES = 16
@@ -81,8 +81,7 @@ class InvalidReceipt(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(msgspec.Struct, frozen=True, gc=False):
     """One delivery of one message; ``topic`` is the topic it was read from (origin or retry)."""
 
     group: str
@@ -93,8 +92,7 @@ class Receipt:
     delivery_count: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Segment:
+class _Segment(msgspec.Struct, frozen=True, gc=False):
     """The verified, signed part of version-2 receipts."""
 
     group_fp: bytes

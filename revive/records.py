@@ -21,11 +21,11 @@ offset; ack / deadline records whose checkpoint is unknown (retention removed it
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 from typing import Self
 
 import msgpack
+import msgspec
 
 from revive.ledger import Outcome, PartitionLedger
 
@@ -109,8 +109,7 @@ class _LedgerRecord:
         return record
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointRecord(_LedgerRecord):
+class CheckpointRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
     """A pop batch leased ``offsets`` of one partition until ``deadline_ms``."""
 
     group: str
@@ -141,8 +140,7 @@ class CheckpointRecord(_LedgerRecord):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class AckRecord(_LedgerRecord):
+class AckRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
     """One delivery ended with ``outcome`` at ``at_ms``."""
 
     group: str
@@ -168,8 +166,7 @@ class AckRecord(_LedgerRecord):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class DeadlineRecord(_LedgerRecord):
+class DeadlineRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
     """One lease's deadline became ``deadline_ms``, decided at ``at_ms``."""
 
     group: str
