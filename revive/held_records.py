@@ -29,7 +29,8 @@ Place = tuple[LedgerKey, int]  # (group, lane, partition), offset
 
 
 def held_bytes(message: Message) -> int:
-    """What holding a message costs, roughly; the same for the same message every time."""
+    """What holding a message costs, roughly; the same for the same message every time.
+    `foundation.record_size.record_bytes` written out: one call less, twice per popped message."""
     key, value, headers = message.key(), message.value(), message.headers()
     size = ENTRY_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
     return size + header_bytes(headers) if headers else size

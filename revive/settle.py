@@ -40,6 +40,8 @@ class Settler:
                 request.kind, group, (key, ledger), receipt, (argument, now), step, entry
             )
             results.append(entry)
+        if request.kind == "ack":  # one increment per call: a locked counter costs 1 us a time
+            metrics.ACKED.inc(sum(r["status"] in (ACKED, ACKED_LATE) for r in results))
         return results
 
     def expire(self, step: PopStep) -> None:
@@ -73,7 +75,6 @@ class Settler:
             status = ledger.ack(cp, offset, now)
             if status in (ACKED, ACKED_LATE):
                 step.record(AckRecord(*key, cp, offset, Outcome.ACKED, now))
-                metrics.ACKED.inc()
             return status
         if kind == "leases":
             until = now + int(argument)
