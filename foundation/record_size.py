@@ -21,7 +21,7 @@ Header = tuple[str, bytes | None]
 
 
 def header_bytes(headers: Sequence[Header]) -> int:
-    if not headers:  # most records: no generator to build (a pop holds each record it hands out)
+    if not headers:  # most records: no generator to build (a pop counts each record it holds)
         return 0
     framing = HEADER_FRAMING_BYTES
     return sum(len(name.encode()) + len(value or b"") + framing for name, value in headers)

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import Message
 
-from foundation.record_size import header_bytes
+from foundation.record_size import record_bytes
 from revive.pop_state import LedgerKey
 
 ENTRY_OVERHEAD_BYTES = 250  # the message object, its dict slot and the ints, roughly
@@ -29,11 +29,9 @@ Place = tuple[LedgerKey, int]  # (group, lane, partition), offset
 
 
 def held_bytes(message: Message) -> int:
-    """What holding a message costs, roughly; the same for the same message every time.
-    `foundation.record_size.record_bytes` written out: one call less, twice per popped message."""
-    key, value, headers = message.key(), message.value(), message.headers()
-    size = ENTRY_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
-    return size + header_bytes(headers) if headers else size
+    """What holding a message costs, roughly; the same for the same message every time."""
+    headers = message.headers() or ()
+    return ENTRY_OVERHEAD_BYTES + record_bytes(message.key(), message.value(), headers)
 
 
 class HeldRecords:
