@@ -210,7 +210,9 @@ class DelayLeader:
 
     def _applied(self, step: Step) -> None:
         """The step is committed: index it, forget the verdicts it settled, count it."""
-        self._store.write(step.index_batch(self._store, self._index, self._writes.schedules_topic))
+        self._store.write(
+            step.index_batch(self._store, self._index, self.shard, self._writes.schedules_topic)
+        )
         self._window.applied(step.applied, self._loaded_until)
         for tag in step.settled:
             self._refused.pop(tag, None)

@@ -15,7 +15,7 @@ RocksDB column families:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 
 import msgspec
@@ -162,10 +162,13 @@ class ScheduleIndex:
     def stage(
         self,
         batch: Batch,
-        records: Iterable[Schedule],
+        shard: int,
+        records: Sequence[Schedule],
+        encoded: Sequence[bytes],
         found: Mapping[str, Schedule | None] | None = None,
     ) -> list[Schedule]:
-        """Stage `records` (in order) into `batch`; return those that changed state.
+        """Stage `records` of ids of `shard` (in order) into `batch`; return those that changed
+        state. `encoded[i]` is `records[i]` as the schedules topic holds it, stored as it is.
 
         A record that would go backwards is skipped: terminal states are final, and the same id
         scheduled twice keeps the first schedule. Later records see earlier ones of the batch.
@@ -173,34 +176,37 @@ class ScheduleIndex:
         """
         staged: dict[str, Schedule | None] = dict(found or {})
         applied = []
-        pending: dict[int, int] = {}
-        for record in records:
+        pending = self.count_pending(shard)
+        for record, value in zip(records, encoded, strict=True):
             sid = record.schedule_id
             current = staged[sid] if sid in staged else self.get(sid)
             if current is not None and not _moves_forward(current, record):
                 continue
-            shard = self.shards.of_key(sid)
-            if shard not in pending:
-                pending[shard] = self.count_pending(shard)
             if current is not None and current.state is State.SCHEDULED:
                 batch.delete(DUE_CF, due_key(shard, current.due_ms, sid))
-                pending[shard] -= 1
-            batch.put(SCHEDULE_CF, sid.encode(), record.encode())
+                pending -= 1
+            batch.put(SCHEDULE_CF, sid.encode(), value)
             if record.state is State.SCHEDULED:
                 batch.put(DUE_CF, due_key(shard, record.due_ms, sid), b"")
-                pending[shard] += 1
+                pending += 1
             staged[sid] = record
             applied.append(record)
-        for shard, count in pending.items():
-            batch.put(SCHEDULE_CF, _pending_key(shard), count.to_bytes(8, "big", signed=True))
+        if applied:
+            batch.put(SCHEDULE_CF, _pending_key(shard), pending.to_bytes(8, "big", signed=True))
         return applied
 
     def apply_messages(self, batch: Batch, messages: Sequence[Message]) -> None:
-        """Stage records read from the schedules topic (the state follower's applier)."""
-        records = []
+        """Stage records read from the schedules topic (the state follower's applier).
+
+        A record's shard is its partition's (kpd writes each id's records to the partition
+        Kafka's partitioner gives the id), and its value is stored as read: no hash and no
+        encode per record. The ids' current states are read in one multi-get per shard.
+        """
+        by_shard: dict[int, tuple[list[Schedule], list[bytes]]] = {}
         for message in messages:
+            value = message.value()
             try:
-                records.append(Schedule.decode(message.key().decode(), message.value()))
+                record = Schedule.decode(message.key().decode(), value)  # type: ignore[union-attr]
             except Exception as error:  # a foreign record must not stop every follower
                 log.warning(
                     "skipping a record kpd did not write",
@@ -208,7 +214,15 @@ class ScheduleIndex:
                     offset=message.offset(),
                     error=str(error),
                 )
-        self.stage(batch, records)
+                continue
+            shard = self.shards.of_partition(message.partition())  # type: ignore[arg-type]
+            records, encoded = by_shard.setdefault(shard, ([], []))
+            records.append(record)
+            encoded.append(value)  # type: ignore[arg-type]
+        for shard, (records, encoded) in by_shard.items():
+            ids = [record.schedule_id for record in records]
+            found = dict(zip(ids, self.get_many(ids), strict=True))
+            self.stage(batch, shard, records, encoded, found)
 
     def due_between(self, shard: int, start_ms: int, stop_ms: int) -> Iterator[tuple[int, str]]:
         """(due_ms, id) of `shard`'s pending schedules with start <= due < stop, in due order."""

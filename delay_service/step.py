@@ -22,6 +22,7 @@ class Step:
         # records after the commit starts from it instead of reading RocksDB again.
         self.found: dict[str, Schedule | None] = {}
         self.ordered: list[Schedule] = []
+        self.encoded: list[bytes] = []  # the records of `ordered` as written to the topic
         self.applied: list[Schedule] = []  # the records that changed state, once committed
         self.index_reads = 0  # schedules read from RocksDB (not held in memory, not written yet)
         self.delivered_due_ms: list[int] = []  # due times of this step's deliveries
@@ -35,17 +36,21 @@ class Step:
     def txn_used(self) -> bool:
         return self.txn.used
 
-    def put(self, record: Schedule) -> None:
+    def put(self, record: Schedule, encoded: bytes) -> None:
         self.records[record.schedule_id] = record
         self.ordered.append(record)
+        self.encoded.append(encoded)
 
     def wrote_state(self, partition: int, offset: int) -> None:
         self._state_ends[partition] = max(self._state_ends.get(partition, -1), offset)
 
-    def index_batch(self, store: Store, index: ScheduleIndex, schedules_topic: str) -> Batch:
-        """The RocksDB batch of this step's records, with the schedules positions they reach."""
+    def index_batch(
+        self, store: Store, index: ScheduleIndex, shard: int, schedules_topic: str
+    ) -> Batch:
+        """The RocksDB batch of this step's records (all of ids of `shard`, the leader's), with
+        the schedules positions they reach."""
         batch = store.batch()
-        self.applied = index.stage(batch, self.ordered, self.found)
+        self.applied = index.stage(batch, shard, self.ordered, self.encoded, self.found)
         # The index now holds these state records: a restart need not read them again.
         for partition, last in self._state_ends.items():
             stage_position(batch, schedules_topic, partition, last + 1)

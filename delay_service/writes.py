@@ -69,7 +69,7 @@ class StepWrites:
         noted = written if len(step.ordered) % POSITION_EVERY == 0 else None
         encoded = record.encode()
         step.txn.produce(self.schedules_topic, record.schedule_id, encoded, on_delivery=noted)
-        step.put(record)
+        step.put(record, encoded)
 
     def log(self, step: Step, event: Event, record_id: str, target: str, **fields: Any) -> None:
         value = log_record(event, record_id, target, node=self._node, **fields)

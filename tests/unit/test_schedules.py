@@ -9,12 +9,13 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from foundation.shards import ShardMap
-from foundation.store import Store
+from foundation.store import Batch, Store
 
 DUE = 1_767_225_600_000
 
@@ -118,49 +119,96 @@ def test_an_id_inside_a_value_never_replaces_the_records_key() -> None:
     assert Schedule.decode("mine", data).schedule_id == "mine"
 
 
+def state_message(schedule_id: str | None, value: bytes, partition: int) -> Message:
+    """A record of the schedules topic, as the state follower's consumer hands it over."""
+    key = None if schedule_id is None else schedule_id.encode()
+    return Message(topic="kpd.schedules", partition=partition, offset=0, key=key, value=value)
+
+
+def of_shard(index: ScheduleIndex, schedule: Schedule) -> Message:
+    """`schedule` in the partition kpd writes it to (Kafka's partitioner on its id)."""
+    partition = index.shards.partition_of_key(schedule.schedule_id)
+    return state_message(schedule.schedule_id, schedule.encode(), partition)
+
+
+def stage_all(
+    index: ScheduleIndex, batch: Batch, records: list[Schedule], **found: object
+) -> list[Schedule]:
+    """Stage records of one shard, encoded as a leader's step has them."""
+    shard = index.shards.of_key(records[0].schedule_id)
+    encoded = [record.encode() for record in records]
+    return index.stage(batch, shard, records, encoded, found or None)  # type: ignore[arg-type]
+
+
 def test_a_follower_skips_foreign_values_and_applies_the_rest(tmp_path: Path) -> None:
-    """The standby's applier: a bad value is skipped, the records around it are applied."""
+    """The standby's applier: a bad value or a record without a key is skipped, the records
+    around them are applied."""
     store = Store(tmp_path / "db", ["schedule", "due"])
     index = ScheduleIndex(store, ShardMap(2, 2))
     good = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE)
-
-    class Record:
-        def __init__(self, key: str, value: bytes) -> None:
-            self._key, self._value = key.encode(), value
-
-        def key(self) -> bytes:
-            return self._key
-
-        def value(self) -> bytes:
-            return self._value
-
-        def topic(self) -> str:
-            return "kpd.schedules"
-
-        def offset(self) -> int:
-            return 0
-
     done = good.settled(State.DELIVERED, DUE + 1)
     batch = store.batch()
-    index.apply_messages(batch, [Record("a", good.encode()), Record("b", b"\xc1")])  # type: ignore[list-item]
+    index.apply_messages(
+        batch,
+        [
+            state_message("b", b"\xc1", 0),
+            state_message(None, good.encode(), 1),
+            of_shard(index, good),
+        ],
+    )
     store.write(batch)
     assert index.get("a") == good and index.get("b") is None
     assert index.count_pending() == 1
     batch = store.batch()
-    index.apply_messages(batch, [Record("a", done.encode())])  # type: ignore[list-item]
+    index.apply_messages(batch, [of_shard(index, done)])
     store.write(batch)
     assert index.get("a") == done and index.count_pending() == 0
     assert list(index.due_between(index.shards.of_key("a"), 0, 2**62)) == []
 
 
+def test_a_follower_books_each_record_under_its_partitions_shard(tmp_path: Path) -> None:
+    """A record's shard is its partition's: pending counts and due keys follow it, and records of
+    several shards in one poll are each counted where they belong."""
+    store = Store(tmp_path / "db", ["schedule", "due"])
+    index = ScheduleIndex(store, ShardMap(2, 4))
+    records = [
+        Schedule(schedule_id=f"id-{n}", state=State.SCHEDULED, target="o", due_ms=DUE + n)
+        for n in range(40)
+    ]
+    batch = store.batch()
+    index.apply_messages(batch, [of_shard(index, record) for record in records])
+    store.write(batch)
+    for shard in (0, 1):
+        mine = [r for r in records if index.shards.of_key(r.schedule_id) == shard]
+        assert 0 < len(mine) < len(records)
+        assert index.count_pending(shard) == len(mine)
+        due = list(index.due_between(shard, 0, 2**62))
+        assert due == [(r.due_ms, r.schedule_id) for r in mine]
+
+
+def test_a_follower_stores_a_value_as_the_topic_holds_it(tmp_path: Path) -> None:
+    """The index keeps the topic's bytes, not a re-encoding: a field a newer kpd added to a
+    record stays in the index for the kpd that can read it."""
+    store = Store(tmp_path / "db", ["schedule", "due"])
+    index = ScheduleIndex(store, ShardMap(1, 1))
+    value = old_encode({"s": "scheduled", "t": "o", "d": DUE, "zz": "from a newer kpd"})
+    batch = store.batch()
+    index.apply_messages(batch, [state_message("a", value, 0)])
+    store.write(batch)
+    assert store.get("schedule", b"a") == value
+    assert index.get("a") == Schedule(
+        schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE
+    )
+
+
 def test_many_ids_are_read_in_one_call_in_order(tmp_path: Path) -> None:
     """The window slide's multi-get: each id's state where the id was asked, None if unknown."""
     store = Store(tmp_path / "db", ["schedule", "due"])
-    index = ScheduleIndex(store, ShardMap(2, 2))
+    index = ScheduleIndex(store, ShardMap(1, 1))
     first = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE, value=b"1")
     other = Schedule(schedule_id="c", state=State.SCHEDULED, target="p", due_ms=DUE + 1)
     batch = store.batch()
-    index.stage(batch, [first, other])
+    stage_all(index, batch, [first, other])
     store.write(batch)
     assert index.get_many(["c", "nope", "a"]) == [other, None, first]
     assert index.get_many([]) == []
@@ -173,17 +221,17 @@ def test_staging_starts_from_states_the_caller_has_read(tmp_path: Path) -> None:
     index = ScheduleIndex(store, ShardMap(2, 2))
     first = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE)
     batch = store.batch()
-    index.stage(batch, [first])
+    stage_all(index, batch, [first])
     store.write(batch)
     second = Schedule(schedule_id="a", state=State.SCHEDULED, target="other", due_ms=DUE + 9)
     done = first.settled(State.DELIVERED, DUE + 1)
     batch = store.batch()
-    assert index.stage(batch, [second, done], found={"a": first}) == [done]
+    assert stage_all(index, batch, [second, done], a=first) == [done]
     store.write(batch)
     assert index.get("a") == done and index.count_pending() == 0
     # What the caller found wins over the store: here it says "a" was never seen.
     again = store.batch()
-    assert index.stage(again, [first], found={"a": None}) == [first]
+    assert stage_all(index, again, [first], a=None) == [first]
 
 
 def test_schedules_are_invisible_to_the_garbage_collector() -> None:

@@ -16,6 +16,12 @@ JAVA_VECTORS = {
     b"a-little-bit-longer-string": -1486304829,
     b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
     b"abc": 479470107,
+    # Lengths the vectors above miss (0, and 1 byte past a word), from kafka-clients 4.2.1's
+    # Utils.murmur2.
+    b"": 275646681,
+    b"x": 2121525046,
+    b"hello": 2132663229,
+    b"b3-1234567-1764070000000": 438959297,
 }
 
 
