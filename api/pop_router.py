@@ -2,8 +2,11 @@
 
 Each (group, topic, partition) lane belongs to one shard (`foundation.shards`), served by the
 worker that leads it. A pop asks the sources of its (group, topic), local shards and remote
-owners, one after the other until it has `max_messages`; where it starts rotates, so no lane
-starves whichever sidecar clients talk to (RocketMQ 5 clients pop every broker in turn). With
+owners, until it has `max_messages`: its own shards first (a forwarded pop costs a second HTTP
+call, and so does every ack of what it leased), one other owner only when its own lanes have
+nothing, and first on one pop in `REMOTE_FIRST_EVERY`, so no lane starves whichever sidecar or
+worker clients talk to (RocketMQ 5 clients pop every broker in turn). A pop answers with fewer
+than `max_messages` rather than forward for the rest, as SQS and share groups do. With
 nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
 long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message. Acks,
 nacks, lease changes and rejects go to the owner of each receipt's shard, from any sidecar.
@@ -15,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 import httpx
 
 from api.node import Node
 from api.problems import Problem, leadership_moving
+from revive import metrics
 from revive.fetcher import source_topic
 from revive.receipt import InvalidReceipt, Receipt
 from revive.requests import PopRequest, SettleRequest
@@ -31,6 +35,13 @@ FORWARDED = "x-kpd-forwarded"
 WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
 ANSWER_TIMEOUT_S = 30.0
 Source = PopService | str  # a local shard's service, or a remote owner's URL
+# One pop in this many asks the other owners before this worker's own shards. Rarer means fewer
+# forwarded calls while local lanes have records (4 workers, batch 100: forwarded pops and acks
+# doubled kpd's CPU per message, BENCHMARKS.md 2026-11-25 13:20); a lane no client reaches
+# directly is still served at 1/8 of the pops of each sidecar that clients do reach.
+REMOTE_FIRST_EVERY = 8
+L = TypeVar("L")
+R = TypeVar("R")
 
 
 class PopRouter:
@@ -95,9 +106,10 @@ class PopRouter:
         self, group: str, topic: str, wanted: int, invisible_ms: int, sources: list[Source]
     ) -> list[dict[str, Any]]:
         turn = self._turns[(group, topic)] = self._turns.get((group, topic), -1) + 1
-        start = turn % len(sources)
+        local = [source for source in sources if isinstance(source, PopService)]
+        remote = [source for source in sources if isinstance(source, str)]
         found: list[dict[str, Any]] = []
-        for source in sources[start:] + sources[:start]:
+        for source in visit_order(local, remote, turn):
             left = wanted - len(found)
             if left <= 0:
                 break
@@ -105,9 +117,10 @@ class PopRouter:
                 if source.knows(group, topic) and not source.available(group, topic):
                     continue
                 found += await _answer(source.submit(PopRequest(group, topic, left, invisible_ms)))
-            else:
+            elif not found:  # an owner elsewhere is asked only while nothing was found here
                 body = {"max_messages": left, "invisible_ms": invisible_ms, "wait_ms": 0}
-                answer = await self._forward(source, f"/v1/groups/{group}/topics/{topic}/pop", body)
+                path = f"/v1/groups/{group}/topics/{topic}/pop"
+                answer = await self._forward("pop", source, path, body)
                 found += answer["messages"]
         return found
 
@@ -121,7 +134,7 @@ class PopRouter:
             path = f"/v1/groups/{group}/topics/{topic}/pop"
             for url in (s for s in sources if isinstance(s, str)):
                 body = {"max_messages": 1, "wait_ms": int(left_s * 1000)}
-                waits.append(self._forward(url, path, body, watch=True))
+                waits.append(self._forward("watch", url, path, body))
             tasks = [asyncio.ensure_future(wait) for wait in waits]
             try:
                 await asyncio.wait(tasks, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
@@ -159,7 +172,7 @@ class PopRouter:
                 remote.setdefault(owners[shard], []).extend(shard_items)
         for url, url_items in remote.items():
             body = _settle_body(kind, [(t, a) for _, t, _, a in url_items])
-            answer = self._forward(url, f"/v1/groups/{group}/{kind}", body)
+            answer = self._forward(kind, url, f"/v1/groups/{group}/{kind}", body)
             calls.append((url_items, _results(answer)))
         answers = await asyncio.gather(*(call for _, call in calls))
         for (placed, _), answered in zip(calls, answers, strict=True):
@@ -189,19 +202,20 @@ class PopRouter:
                 raise leadership_moving("no_leader", f"no sidecar leads shards {unled} now")
             urls = set(owners.values()) - {node.url}
             parts += await asyncio.gather(
-                *(self._forward(url, f"/v1/groups/{group}", None) for url in sorted(urls))
+                *(self._forward("stats", url, f"/v1/groups/{group}", None) for url in sorted(urls))
             )
         return _merge_stats(parts)
 
     # -- forwarding ------------------------------------------------------------------------
 
-    async def _forward(
-        self, url: str, path: str, body: dict[str, Any] | None, watch: bool = False
-    ) -> Any:
+    async def _forward(self, call: str, url: str, path: str, body: dict[str, Any] | None) -> Any:
+        """Send a call to the sidecar (or worker) at `url`; `call` names it for the metric, and
+        "watch" makes a pop that only waits for records."""
         node = self._node
         headers = {FORWARDED: node.settings.node_id}
-        if watch:
+        if call == "watch":
             headers[WATCH] = "1"
+        metrics.FORWARDED.labels(call).inc()
         if node.settings.api_token is not None:
             headers["authorization"] = f"Bearer {node.settings.api_token.get_secret_value()}"
         method = "GET" if body is None else "POST"
@@ -219,6 +233,21 @@ class PopRouter:
                 headers={k: v for k, v in answer.headers.items() if k == "retry-after"} or None,
             )  # fmt: skip
         return answer.json()
+
+
+def visit_order(local: Sequence[L], remote: Sequence[R], turn: int) -> list[L | R]:
+    """The order in which pop number `turn` of a (group, topic) asks its sources: this worker's
+    shards, then the other owners, except on every `REMOTE_FIRST_EVERY`-th turn, which asks the
+    others first. Each list rotates, so every source is asked first in its turn."""
+    local_turn = turn - (turn + 1) // REMOTE_FIRST_EVERY  # local shards' own count of turns
+    if turn % REMOTE_FIRST_EVERY == REMOTE_FIRST_EVERY - 1:
+        return [*_rotated(remote, turn // REMOTE_FIRST_EVERY), *_rotated(local, local_turn)]
+    return [*_rotated(local, local_turn), *_rotated(remote, turn)]
+
+
+def _rotated(items: Sequence[L], turn: int) -> list[L]:
+    start = turn % len(items) if items else 0
+    return [*items[start:], *items[:start]]
 
 
 def _settle_body(kind: str, items: list[tuple[str, Any]]) -> dict[str, Any]:

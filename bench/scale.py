@@ -71,6 +71,18 @@ class Sidecar(SidecarProcess):
     def cpu(self) -> dict[int, float]:
         return {pid: process_cpu_s(pid) for pid in self.worker_pids()}
 
+    def forwarded(self) -> Counter[str]:
+        """Pop-group calls the workers sent on to another worker, by call (all workers)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        prefix = 'kpd_pop_forwarded_total{call="'
+        return Counter(
+            {
+                line[len(prefix) :].split('"')[0]: int(float(line.rsplit(" ", 1)[1]))
+                for line in text.splitlines()
+                if line.startswith(prefix)
+            }
+        )
+
     def led(self) -> set[int]:
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
         prefix = 'kpd_shard_leader{shard="'
@@ -175,7 +187,7 @@ def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path
         produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
         group = f"g-{uuid.uuid4().hex[:6]}"
         n_pop = n - warm_up(sidecar.url, group, topic)
-        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
+        cpu0, broker0, forwarded0 = sidecar.cpu(), process_cpu_s(broker), sidecar.forwarded()
         started = time.monotonic()
         out: multiprocessing.Queue = multiprocessing.Queue()
         counter = multiprocessing.Value("q", 0)
@@ -195,6 +207,7 @@ def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path
         result["pop"] = acked / (last - started)
         result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, acked)
         result["pop_share"] = LogCount(bootstrap, log, "delivered", topic, acked, 120).nodes
+        result["pop_forwarded"] = dict(sidecar.forwarded() - forwarded0)
     finally:
         sidecar.stop()
     return result
@@ -358,6 +371,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                 f"cpu {r[name + '_cpu']}  shares {dict(r[name + '_share'])}",
                 flush=True,
             )
+        print(f"  pop calls forwarded to another worker: {r['pop_forwarded']}", flush=True)
         if not r["burst_valid"]:
             print("  !! the burst was not all scheduled before its due time", flush=True)
     if args.kills:

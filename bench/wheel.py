@@ -28,7 +28,6 @@ import argparse
 import gc
 import os
 import random
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -39,25 +38,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from baseline import module_at  # noqa: E402
+
 from delay_service import timing_wheel  # noqa: E402
 
 BASELINE_COMMIT = "d1fecfe0aca3ea8b917a82965948fa6c9ac0d39f"
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 WINDOW_MS = 10_000
 BURST_LIMIT = 2_000  # delay_service.leader.BATCH: deliveries per transaction
-
-
-def load_baseline() -> types.ModuleType:
-    """The wheel as of BASELINE_COMMIT, compiled into a module of its own."""
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{BASELINE_COMMIT}:delay_service/timing_wheel.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    module = types.ModuleType("timing_wheel_baseline")
-    exec(compile(source, "timing_wheel_baseline.py", "exec"), module.__dict__)
-    return module
 
 
 class Workload:
@@ -222,7 +210,10 @@ def main() -> None:
             parser.error("--gc-threshold takes three numbers")
         gc.set_threshold(*args.gc_threshold)
     sizes = args.sizes
-    designs = {"old": load_baseline(), "new": timing_wheel}
+    designs = {
+        "old": module_at(BASELINE_COMMIT, "delay_service/timing_wheel.py"),
+        "new": timing_wheel,
+    }
     print(
         f"python {sys.version.split()[0]}, gc thresholds {gc.get_threshold()}, "
         f"load average {os.getloadavg()[0]:.2f}"

@@ -25,6 +25,12 @@ REQUEST_SECONDS = Histogram(
     ["call"],
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5, 20),
 )
+FORWARDED = Counter(
+    "kpd_pop_forwarded_total",
+    "Pop-group calls this sidecar sent on to the owner of a shard (pop, watch, ack, nack, "
+    "leases, reject, stats)",
+    ["call"],
+)
 PARKED = Gauge(
     "kpd_pop_parked", "Pop calls waiting for messages (long polls)", multiprocess_mode="livesum"
 )

@@ -23,6 +23,7 @@ from kafka_helpers import (
     led_shards,
     log_events,
     make_producer,
+    metric_values,
     now_ms,
     produce_all,
     standby_shards,
@@ -31,6 +32,7 @@ from kafka_helpers import (
 )
 from load_helpers import DelayLoad, PopLoad
 
+from api.pop_router import REMOTE_FIRST_EVERY
 from kpd_client import KpdClient, KpdError
 
 pytestmark = pytest.mark.timeout(600)
@@ -182,6 +184,43 @@ def test_pops_across_shards_are_exclusive_with_exact_counts(
     for value, seen in counts.items():  # 1, 2, 3 ... in order: every delivery counted once
         assert seen == list(range(1, len(seen) + 1)), (value, seen)
     assert any(len(seen) > 1 for seen in counts.values())  # nacks really went around
+
+
+def test_a_pop_is_answered_from_local_lanes_and_forwarded_one_turn_in_eight(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """While its own lanes have records, a sidecar answers a pop from them alone (fewer than
+    asked rather than forward for the rest), so the acks that follow stay local too; one pop in
+    `REMOTE_FIRST_EVERY` asks the other owner first, so the lanes of a sidecar no client talks
+    to are drained all the same."""
+    a, b = start(sidecar_factory, "ab")
+    wait_for(lambda: spread([a, b]), 60, "the shards spread over the two sidecars")
+    topic, group = new_topic(partitions=SHARDS), unique("g")
+    produce_all(make_producer(kafka_bootstrap), topic,
+                [(None, f"job-{i}".encode(), []) for i in range(SHARDS * 500)])  # fmt: skip
+    with KpdClient(a.url) as via_a, KpdClient(b.url) as via_b:
+        for kpd in (via_b, via_a):  # each sidecar's shards start reading the group
+            [first] = kpd.pop(group, topic, max_messages=1, wait_ms=10_000)
+            assert kpd.ack(group, [first.receipt])[0]["status"] == "acked"
+        with a.client() as http:
+            before = metric_values(http)
+        pops = 2 * REMOTE_FIRST_EVERY
+        for _ in range(pops):
+            [message] = via_a.pop(group, topic, max_messages=1, wait_ms=2000)
+            assert via_a.ack(group, [message.receipt])[0]["status"] == "acked"
+        # Pops of more than one lane holds: still one forwarded call in REMOTE_FIRST_EVERY.
+        for _ in range(pops):
+            popped = via_a.pop(group, topic, max_messages=50, wait_ms=2000)
+            assert {r["status"] for r in via_a.ack(group, [m.receipt for m in popped])} == {"acked"}
+        with a.client() as http:
+            after = metric_values(http)
+
+    def forwarded(call: str) -> float:
+        key = f"kpd_pop_forwarded_total{{call={call}}}"
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert forwarded("pop") == 2 * pops // REMOTE_FIRST_EVERY
+    assert forwarded("ack") == 2 * pops // REMOTE_FIRST_EVERY  # only those of b's lanes
 
 
 def test_each_shard_s_pop_state_has_one_standby_the_next_to_take_it(sidecar_factory):

@@ -1,0 +1,122 @@
+"""What a hot standby pays to apply the schedules topic: today's applier against the one before.
+
+    .venv/bin/python bench/standby_apply.py               # 100k schedules, 3 rounds
+    .venv/bin/python bench/standby_apply.py --n 200000 --rounds 5
+
+Every worker applies the schedule records of every shard it does not lead (README: Failover), so
+with w workers each record is applied w - 1 times more: this cost is what makes kpd's CPU per
+record rise with workers (BENCHMARKS.md). For each design, into a fresh RocksDB: N `scheduled`
+records (100-byte payloads, ids spread over 8 shards, each in the partition Kafka's partitioner
+gives it), then the N `delivered` markers that replace them, handed over in polls of 2,000 as the
+state follower's consumer does. Printed: CPU microseconds per record (`time.process_time`, best
+of --rounds, the designs alternating), and the floor: the same records' RocksDB puts alone, one
+write per poll (what any applier pays). Baseline: `delay_service/schedules.py` as of
+BASELINE_COMMIT (a murmur2 hash, a RocksDB read and an encode per record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from confluent_kafka import Message
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from baseline import module_at  # noqa: E402
+
+from delay_service import schedules  # noqa: E402
+from foundation.shards import ShardMap  # noqa: E402
+from foundation.state_follower import OFFSETS_CF  # noqa: E402
+from foundation.store import Store  # noqa: E402
+
+BASELINE_COMMIT = "450bff4cdea1cfb56c081eb487e6244482a1fe84"
+SHARDS = 8
+POLL = 2_000  # StateFollower.poll_once: messages per consume
+DUE_MS = 1_767_225_600_000
+
+
+def records(n: int, shard_map: ShardMap) -> tuple[list[Message], list[Message]]:
+    """The schedules topic's records of n schedules: scheduled, then delivered."""
+    scheduled, delivered = [], []
+    for i in range(n):
+        pending = schedules.Schedule(schedule_id=f"order-{i}", state=schedules.State.SCHEDULED,
+                                     target="orders", due_ms=DUE_MS + i, value=b"x" * 100,
+                                     enqueued_ms=DUE_MS - 60_000)  # fmt: skip
+        done = pending.settled(schedules.State.DELIVERED, DUE_MS + i + 3)
+        partition = shard_map.partition_of_key(pending.schedule_id)
+        for out, record, offset in ((scheduled, pending, i), (delivered, done, n + i)):
+            out.append(Message(topic="kpd.schedules", partition=partition, offset=offset,
+                               key=record.schedule_id.encode(), value=record.encode()))  # fmt: skip
+    return scheduled, delivered
+
+
+def applier(design: types.ModuleType) -> Callable[[Store, Sequence[Message]], None]:
+    def apply(store: Store, polled: Sequence[Message]) -> None:
+        index = design.ScheduleIndex(store, ShardMap(SHARDS, SHARDS))
+        batch = store.batch()
+        index.apply_messages(batch, polled)
+        store.write(batch)
+
+    return apply
+
+
+def floor(store: Store, polled: Sequence[Message]) -> None:
+    batch = store.batch()
+    for message in polled:
+        batch.put(schedules.SCHEDULE_CF, message.key(), message.value())  # type: ignore[arg-type]
+    store.write(batch)
+
+
+def timed(
+    apply: Callable[[Store, Sequence[Message]], None], phases: list[list[Message]]
+) -> list[float]:
+    """CPU us per record of each phase, into a fresh RocksDB."""
+    with tempfile.TemporaryDirectory() as folder:
+        store = Store(Path(folder), [*schedules.COLUMN_FAMILIES, OFFSETS_CF])
+        figures = []
+        for phase in phases:
+            started = time.process_time()
+            for start in range(0, len(phase), POLL):
+                apply(store, phase[start : start + POLL])
+            figures.append((time.process_time() - started) / len(phase) * 1e6)
+        store.close()
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    phases = list(records(args.n, ShardMap(SHARDS, SHARDS)))
+    designs = {
+        f"before ({BASELINE_COMMIT[:7]})": applier(
+            module_at(BASELINE_COMMIT, "delay_service/schedules.py")
+        ),
+        "today": applier(schedules),
+        "floor: RocksDB puts alone": floor,
+    }
+    best: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        for name, apply in designs.items():
+            figures = timed(apply, phases)
+            best[name] = [min(pair) for pair in zip(best.get(name, figures), figures, strict=True)]
+    print(f"{args.n:,} schedules, {SHARDS} shards, polls of {POLL:,}; CPU us per record applied")
+    print(f"{'':32s} {'scheduled':>10s} {'delivered':>10s}")
+    for name, (scheduled, delivered) in best.items():
+        print(f"{name:32s} {scheduled:10.2f} {delivered:10.2f}")
+    today, before = best["today"], best[f"before ({BASELINE_COMMIT[:7]})"]
+    ratios = [now / then for now, then in zip(today, before, strict=True)]
+    print(f"today / before: {ratios[0]:.2f} scheduled, {ratios[1]:.2f} delivered")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
