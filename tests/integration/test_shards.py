@@ -32,7 +32,7 @@ from kafka_helpers import (
 )
 from load_helpers import DelayLoad, PopLoad
 
-from api.pop_router import REMOTE_FIRST_EVERY
+from api.pop_router import FORWARDED, REMOTE_FIRST_EVERY
 from kpd_client import KpdClient, KpdError
 
 pytestmark = pytest.mark.timeout(600)
@@ -198,7 +198,23 @@ def test_a_pop_is_answered_from_local_lanes_and_forwarded_one_turn_in_eight(
     topic, group = new_topic(partitions=SHARDS), unique("g")
     produce_all(make_producer(kafka_bootstrap), topic,
                 [(None, f"job-{i}".encode(), []) for i in range(SHARDS * 500)])  # fmt: skip
+
+    def buffered(sidecar) -> int:
+        """Records the sidecar's own lanes have fetched for pops (its stats, asked as a peer)."""
+        with sidecar.client() as http:
+            answer = http.get(f"/v1/groups/{group}", headers={FORWARDED: "test"})
+        assert answer.status_code == 200
+        return int(answer.json()["topics"].get(topic, {}).get("available", 0))
+
     with KpdClient(a.url) as via_a, KpdClient(b.url) as via_b:
+
+        def pop_from_a(max_messages: int) -> None:
+            # Both sidecars hold fetched records as the pop starts, so only its order decides
+            # where it is answered from (a lane between two fetches would send it on).
+            wait_for(lambda: buffered(a) and buffered(b), 30, "records fetched on a and b")
+            popped = via_a.pop(group, topic, max_messages=max_messages, wait_ms=2000)
+            assert {r["status"] for r in via_a.ack(group, [m.receipt for m in popped])} == {"acked"}
+
         for kpd in (via_b, via_a):  # each sidecar's shards start reading the group
             [first] = kpd.pop(group, topic, max_messages=1, wait_ms=10_000)
             assert kpd.ack(group, [first.receipt])[0]["status"] == "acked"
@@ -206,12 +222,9 @@ def test_a_pop_is_answered_from_local_lanes_and_forwarded_one_turn_in_eight(
             before = metric_values(http)
         pops = 2 * REMOTE_FIRST_EVERY
         for _ in range(pops):
-            [message] = via_a.pop(group, topic, max_messages=1, wait_ms=2000)
-            assert via_a.ack(group, [message.receipt])[0]["status"] == "acked"
-        # Pops of more than one lane holds: still one forwarded call in REMOTE_FIRST_EVERY.
-        for _ in range(pops):
-            popped = via_a.pop(group, topic, max_messages=50, wait_ms=2000)
-            assert {r["status"] for r in via_a.ack(group, [m.receipt for m in popped])} == {"acked"}
+            pop_from_a(1)
+        for _ in range(pops):  # 50 at a time: a pop still forwards nothing to fill up
+            pop_from_a(50)
         with a.client() as http:
             after = metric_values(http)
 
