@@ -23,7 +23,6 @@ from kafka_helpers import (
     led_shards,
     log_events,
     make_producer,
-    metric_values,
     now_ms,
     produce_all,
     standby_shards,
@@ -32,7 +31,6 @@ from kafka_helpers import (
 )
 from load_helpers import DelayLoad, PopLoad
 
-from api.pop_router import FORWARDED, REMOTE_FIRST_EVERY
 from kpd_client import KpdClient, KpdError
 
 pytestmark = pytest.mark.timeout(600)
@@ -184,56 +182,6 @@ def test_pops_across_shards_are_exclusive_with_exact_counts(
     for value, seen in counts.items():  # 1, 2, 3 ... in order: every delivery counted once
         assert seen == list(range(1, len(seen) + 1)), (value, seen)
     assert any(len(seen) > 1 for seen in counts.values())  # nacks really went around
-
-
-def test_a_pop_is_answered_from_local_lanes_and_forwarded_one_turn_in_eight(
-    sidecar_factory, new_topic, kafka_bootstrap
-):
-    """While its own lanes have records, a sidecar answers a pop from them alone (fewer than
-    asked rather than forward for the rest), so the acks that follow stay local too; one pop in
-    `REMOTE_FIRST_EVERY` asks the other owner first, so the lanes of a sidecar no client talks
-    to are drained all the same."""
-    a, b = start(sidecar_factory, "ab")
-    wait_for(lambda: spread([a, b]), 60, "the shards spread over the two sidecars")
-    topic, group = new_topic(partitions=SHARDS), unique("g")
-    produce_all(make_producer(kafka_bootstrap), topic,
-                [(None, f"job-{i}".encode(), []) for i in range(SHARDS * 500)])  # fmt: skip
-
-    def buffered(sidecar) -> int:
-        """Records the sidecar's own lanes have fetched for pops (its stats, asked as a peer)."""
-        with sidecar.client() as http:
-            answer = http.get(f"/v1/groups/{group}", headers={FORWARDED: "test"})
-        assert answer.status_code == 200
-        return int(answer.json()["topics"].get(topic, {}).get("available", 0))
-
-    with KpdClient(a.url) as via_a, KpdClient(b.url) as via_b:
-
-        def pop_from_a(max_messages: int) -> None:
-            # Both sidecars hold fetched records as the pop starts, so only its order decides
-            # where it is answered from (a lane between two fetches would send it on).
-            wait_for(lambda: buffered(a) and buffered(b), 30, "records fetched on a and b")
-            popped = via_a.pop(group, topic, max_messages=max_messages, wait_ms=2000)
-            assert {r["status"] for r in via_a.ack(group, [m.receipt for m in popped])} == {"acked"}
-
-        for kpd in (via_b, via_a):  # each sidecar's shards start reading the group
-            [first] = kpd.pop(group, topic, max_messages=1, wait_ms=10_000)
-            assert kpd.ack(group, [first.receipt])[0]["status"] == "acked"
-        with a.client() as http:
-            before = metric_values(http)
-        pops = 2 * REMOTE_FIRST_EVERY
-        for _ in range(pops):
-            pop_from_a(1)
-        for _ in range(pops):  # 50 at a time: a pop still forwards nothing to fill up
-            pop_from_a(50)
-        with a.client() as http:
-            after = metric_values(http)
-
-    def forwarded(call: str) -> float:
-        key = f"kpd_pop_forwarded_total{{call={call}}}"
-        return after.get(key, 0) - before.get(key, 0)
-
-    assert forwarded("pop") == 2 * pops // REMOTE_FIRST_EVERY
-    assert forwarded("ack") == 2 * pops // REMOTE_FIRST_EVERY  # only those of b's lanes
 
 
 def test_each_shard_s_pop_state_has_one_standby_the_next_to_take_it(sidecar_factory):
