@@ -6,7 +6,7 @@ owners, until it has `max_messages`: its own shards first (a forwarded pop costs
 call, and so does every ack of what it leased), one other owner only when its own lanes have
 nothing, and first on one pop in `REMOTE_FIRST_EVERY`, so no lane starves whichever sidecar or
 worker clients talk to (RocketMQ 5 clients pop every broker in turn). A pop answers with fewer
-than `max_messages` rather than forward for the rest, as SQS and share groups do. With
+than `max_messages` rather than forward for the rest, as SQS does. With
 nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
 long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message. Acks,
 nacks, lease changes and rejects go to the owner of each receipt's shard, from any sidecar.
@@ -36,9 +36,9 @@ WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
 ANSWER_TIMEOUT_S = 30.0
 Source = PopService | str  # a local shard's service, or a remote owner's URL
 # One pop in this many asks the other owners before this worker's own shards. Rarer means fewer
-# forwarded calls while local lanes have records (4 workers, batch 100: forwarded pops and acks
-# doubled kpd's CPU per message, BENCHMARKS.md 2026-11-25 13:20); a lane no client reaches
-# directly is still served at 1/8 of the pops of each sidecar that clients do reach.
+# forwarded calls while local lanes have records (4 workers, batch 100: 156 forwarded pops instead
+# of 572-595, BENCHMARKS.md 2026-11-25 12:40); a lane no client reaches directly is still served
+# at 1/8 of the pops of each sidecar that clients do reach.
 REMOTE_FIRST_EVERY = 8
 L = TypeVar("L")
 R = TypeVar("R")
