@@ -54,6 +54,12 @@ log = structlog.get_logger(__name__)
 
 BATCH = 2000  # deliveries per transaction: big enough to amortise the commit
 INGEST_BATCH = 1000  # buffer records per step: bounds how long due deliveries wait behind ingest
+# Records read at a time. confluent-kafka makes some 8 GC-tracked objects per buffer record (the
+# message, its header list and tuples) that live as long as the message; a step holding all of
+# its records triggered a young collection every 90 or so, 4% of the worker's time under mixed
+# load (BENCHMARKS.md, 2026-11-25 16:00). Read in chunks and dropped once handled, the records in
+# flight stay below the collector's young threshold (700 objects).
+INGEST_CHUNK = 64
 WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
 # The window slides in small steps: loading half a window at once (tens of thousands of entries
 # at a high due rate) stalled dispatch for that long and showed in the p99 lateness.
@@ -168,34 +174,53 @@ class DelayLeader:
             gauge.labels(str(self.shard)).set(0)
 
     def step(self) -> None:
-        messages = self._consumer.consume(num_messages=INGEST_BATCH, timeout=self._wait_s())
-        records = [m for m in messages if m.error() is None]
+        chunk = self._read(self._wait_s())
         self._refill(now_ms())
         tracked = time.monotonic() < self._tracked_until
         step = Step(self._producer, self._timeout_s, tracked=tracked)
+        first: dict[tuple[str, int], int] = {}  # offset of the step's first record per partition
         try:
             self._dispatch_due(step)  # what is due goes first: ingest must not make it late
-            for message in records:
-                self._ingest.record(message, step)
+            self._ingest_all(chunk, first, step)
             self._dispatch_due(step)  # past-due schedules that just arrived
-            if records:
+            if first:
                 step.txn.send_offsets(
                     self._consumer.position(self._assignment),
                     self._consumer.consumer_group_metadata(),
                 )
             step.txn.commit()
         except RecordsRefused as refusal:
-            self._redo_without(refusal, records, step)
+            self._redo_without(refusal, first, step)
             return
         except RefusalUnknown as failure:
             log.info("step failed untracked; redoing it tracked", error=str(failure))
             # For long enough that the redo has consumed the step's records again: a step that
             # ran before they came back (it had nothing of them) must not end the tracking.
             self._tracked_until = time.monotonic() + TRACKED_AFTER_FAILURE_S
-            self._rewind(records, step)
+            self._rewind(first, step)
             return
         if step.txn_used:
             self._applied(step)
+
+    def _read(self, timeout_s: float) -> list[Message]:
+        return self._consumer.consume(num_messages=INGEST_CHUNK, timeout=timeout_s)
+
+    def _ingest_all(
+        self, chunk: list[Message], first: dict[tuple[str, int], int], step: Step
+    ) -> None:
+        """Ingest up to INGEST_BATCH records, read INGEST_CHUNK at a time, each dropped as soon
+        as it is handled, noting each partition's first offset for a rewind."""
+        ingested = 0
+        while chunk:
+            ingested += len(chunk)
+            chunk.reverse()
+            while chunk:
+                message = chunk.pop()  # the previous one (and its header objects) is freed here
+                if message.error() is not None:
+                    continue
+                first.setdefault((message.topic(), message.partition()), message.offset())
+                self._ingest.record(message, step)
+            chunk = self._read(0) if ingested < INGEST_BATCH else []
 
     def _dispatch_due(self, step: Step) -> None:
         # Due by the broker's clock too: a clock running ahead waits the difference out.
@@ -221,7 +246,9 @@ class DelayLeader:
         metrics.DUE_BACKLOG.labels(str(self.shard)).set(self._wheel.due_backlog())
         metrics.WINDOW_HELD.labels(str(self.shard)).set(self._window.bytes)
 
-    def _redo_without(self, refusal: RecordsRefused, records: list[Message], step: Step) -> None:
+    def _redo_without(
+        self, refusal: RecordsRefused, first: dict[tuple[str, int], int], step: Step
+    ) -> None:
         """The broker refused some records: rewind the step; the next one settles them."""
         blamed, smaller = refusal.judge(
             lambda topic: message_limit_of(self._admin, topic, self._timeout_s),
@@ -233,17 +260,14 @@ class DelayLeader:
         self._refused.update(blamed)
         if smaller is not None:  # a target takes less than a batch: send smaller ones
             self._producer_config = {**self._producer_config, "batch.size": smaller}
-        self._rewind(records, step)
+        self._rewind(first, step)
 
-    def _rewind(self, records: list[Message], step: Step) -> None:
+    def _rewind(self, first: dict[tuple[str, int], int], step: Step) -> None:
         """Undo an aborted step: its records are consumed and its due schedules taken again."""
         # The refused batch used up sequence numbers the broker never accepted: only a new
         # producer epoch lets the next transaction write that partition again.
         self._producer = transactional_producer(self._producer_config, self._transactional_id)
         self._producer.init_transactions(self._timeout_s)
-        first: dict[tuple[str, int], int] = {}
-        for message in records:
-            first.setdefault((message.topic(), message.partition()), message.offset())
         for (topic, partition), offset in first.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
         for due_ms, schedule_id in step.taken:
