@@ -55,10 +55,10 @@ log = structlog.get_logger(__name__)
 BATCH = 2000  # deliveries per transaction: big enough to amortise the commit
 INGEST_BATCH = 1000  # buffer records per step: bounds how long due deliveries wait behind ingest
 # Records read at a time. confluent-kafka makes some 8 GC-tracked objects per buffer record (the
-# message, its header list and tuples) that live as long as the message; a step holding all of
-# its records triggered a young collection every 90 or so, 4% of the worker's time under mixed
-# load (BENCHMARKS.md, 2026-11-25 16:00). Read in chunks and dropped once handled, the records in
-# flight stay below the collector's young threshold (700 objects).
+# message, its header list and tuples) that live as long as the message. A step holding all its
+# records triggered a young collection every 90 or so: 4.6% of bench/delay.py's mixed phase with
+# the default thresholds (BENCHMARKS.md, 2026-11-25 15:50). Read in chunks and dropped once
+# handled, the records in flight stay below the collector's young threshold (700 objects).
 INGEST_CHUNK = 64
 WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
 # The window slides in small steps: loading half a window at once (tens of thousands of entries

@@ -45,11 +45,11 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
     settings = settings.for_worker(index)
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(Sidecar(settings, url, StartedWorkers(index, settings.workers)))
-    # Per-record work still allocates short-lived tracked objects (messages, header lists,
-    # dicts, closures). With the default thresholds the collections they trigger took 7% of the
-    # worker's time under mixed load and cut the burst drain (bench/delay.py, BENCHMARKS.md
-    # 2026-11-24 14:14 and 2026-11-25 02:38-03:52): collections stay rare, and the objects the
-    # worker built at startup are frozen out of them, so a full one walks only what it made since.
+    # With the default thresholds kpd's CPU per popped message was 17-22% higher (one pair of
+    # bench/pop.py runs, BENCHMARKS.md 2026-11-25 15:50): the pop service's lanes hold fetched
+    # records as GC-tracked messages until they are popped. The delay leader no longer needs it.
+    # Collections stay rare, and the objects the worker built at startup are frozen out of them,
+    # so a full one walks only what it made since.
     gc.set_threshold(100_000, 50, 100)
     freeze_startup_objects()
     # uvicorn installs the SIGTERM/SIGINT handlers: it stops accepting, drains requests, then
