@@ -30,6 +30,12 @@ import stamina
 
 from kpd_client.retry import RETRY_DEADLINE_S, KpdError, retry_after_s, retry_while_moving
 
+# An idle connection is reused for at most this long. A sidecar closes connections idle for
+# KPD_HTTP_KEEP_ALIVE_MS (5 s by default); httpx's own default is also 5 s, so a call sent on a
+# connection idle for just under 5 s could meet the sidecar's close and fail with "Server
+# disconnected without sending a response". Keep this below the sidecar's keep-alive.
+IDLE_CONNECTION_S = 2.0
+
 
 @dataclass(frozen=True)
 class PoppedMessage:
@@ -134,7 +140,15 @@ class _Client:
         if not self._urls:
             raise ValueError("give at least one sidecar URL")
         self._turn = itertools.count()
-        self._http: Any = self._http_class(headers=_headers(token), timeout=timeout_s)
+        self._http: Any = self._http_class(
+            headers=_headers(token),
+            timeout=timeout_s,
+            limits=httpx.Limits(  # httpx's default pool sizes
+                max_connections=100,
+                max_keepalive_connections=20,
+                keepalive_expiry=IDLE_CONNECTION_S,
+            ),
+        )
         self._retry_deadline_s = retry_deadline_s
 
     def _backoff(self) -> Callable[[Exception], bool | float]:
