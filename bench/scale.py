@@ -11,7 +11,8 @@ Prints, in one run on one broker:
   * failover: SIGKILL of a sidecar under a steady due load, 2 sidecars with the broker's stock
     session timeout (6 s): time until the killed sidecar's shards deliver again, p50 and max;
   * takeover: the time from SIGKILL of a pop leader to the first pop answered by its standby,
-    with 10k and with 1M records already in the pop-state topic.
+    with 10k and with 1M records already in the pop-state topic; and with 1 and 100 groups
+    holding leases (`--takeover-groups`), until every group's first pop.
 """
 
 from __future__ import annotations
@@ -56,10 +57,17 @@ from devtools.local_sidecar import (  # noqa: E402
     process_cpu_s,
 )
 from foundation.shards import ShardMap  # noqa: E402
+from kpd_client.client import IDLE_CONNECTION_S  # noqa: E402
 from revive.ledger import Outcome  # noqa: E402
 from revive.records import AckRecord, CheckpointRecord, pack_batch  # noqa: E402
 
 SHARDS = 8
+
+
+def http_client(url: str) -> httpx.Client:
+    """Idle connections dropped before the sidecar's keep-alive closes them, as in the SDK."""
+    limits = httpx.Limits(keepalive_expiry=IDLE_CONNECTION_S)
+    return httpx.Client(base_url=url, timeout=60, limits=limits)
 
 
 class Sidecar(SidecarProcess):
@@ -125,7 +133,7 @@ def pop_ack_client(
     """Pop 100 at a time and ack them, until the clients together acked `total` (or time is up);
     report when this client's last ack was answered."""
     last = time.monotonic()
-    with httpx.Client(base_url=url, timeout=60) as http:
+    with http_client(url) as http:
         while acked.value < total and time.monotonic() < stop_at:
             body = {"max_messages": 100, "wait_ms": 200}
             messages = http.post(f"/v1/groups/{group}/topics/{topic}/pop", json=body).json()
@@ -217,7 +225,7 @@ def warm_up(url: str, group: str, topic: str) -> int:
     """Pop and ack until one message came (every shard reads the topic); how many were acked.
     An unacked one would come back only after its lease, so the clients could not finish."""
     deadline = time.monotonic() + 60
-    with httpx.Client(base_url=url, timeout=60) as http:
+    with http_client(url) as http:
         while time.monotonic() < deadline:
             answer = http.post(f"/v1/groups/{group}/topics/{topic}/pop",
                                json={"max_messages": 1, "wait_ms": 2000})  # fmt: skip
@@ -303,11 +311,15 @@ def _wait(condition, limit_s: float) -> None:
 # -- takeover against pop-state size -----------------------------------------------------------
 
 
-def takeover(bootstrap: str, admin: AdminClient, records: int, home: Path) -> tuple[float, float]:
-    """(seconds from kill to the standby's first pop, cold start of the first leader)."""
+def takeover(
+    bootstrap: str, admin: AdminClient, records: int, home: Path, groups: int = 1
+) -> tuple[float, float, float]:
+    """(seconds from kill to the standby's first pop of any group, to the first pop of every
+    group, cold start of the first leader). Each group leased 10 messages before the kill, so
+    the new leader resumes one fetcher per group."""
     namespace = f"bench-to-{uuid.uuid4().hex[:6]}"
     one = {"workers": "1", "shards": "1", "election_session_timeout_ms": "6000"}
-    a = Sidecar(bootstrap, home / f"to{records}", namespace, "a", **one)
+    a = Sidecar(bootstrap, home / f"to{records}-{groups}", namespace, "a", **one)
     history = create_topic(admin, f"{namespace}.pop-state")  # settled leases of long ago
     _settled_history(bootstrap, history, records)
     started = time.monotonic()
@@ -315,25 +327,29 @@ def takeover(bootstrap: str, admin: AdminClient, records: int, home: Path) -> tu
     cold = time.monotonic() - started
     topic = create_topic(admin, f"bench-to-p-{uuid.uuid4().hex[:6]}")
     produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(1000)))
-    group = f"g-{uuid.uuid4().hex[:6]}"
-    with httpx.Client(base_url=a.url, timeout=60) as http:
-        http.post(
-            f"/v1/groups/{group}/topics/{topic}/pop", json={"max_messages": 10, "wait_ms": 3000}
-        )
+    names = [f"g-{uuid.uuid4().hex[:6]}-{i}" for i in range(groups)]
+    with http_client(a.url) as http:
+        for group in names:
+            http.post(
+                f"/v1/groups/{group}/topics/{topic}/pop", json={"max_messages": 10, "wait_ms": 3000}
+            )
     time.sleep(3)  # the leader commits its replay floor once a second
-    b = Sidecar(bootstrap, home / f"to{records}", namespace, "b", **one)
+    b = Sidecar(bootstrap, home / f"to{records}-{groups}", namespace, "b", **one)
     b.launch(timeout_s=900)
     killed = time.monotonic()
     a.terminate(signal.SIGKILL)
-    with httpx.Client(base_url=b.url, timeout=60) as http:
-        while True:
-            answer = http.post(f"/v1/groups/{group}/topics/{topic}/pop", json={"max_messages": 1})
-            if answer.status_code == 200 and answer.json()["messages"]:
-                break
+    served: dict[str, float] = {}
+    with http_client(b.url) as http:
+        while len(served) < groups:
+            for group in [g for g in names if g not in served]:
+                answer = http.post(
+                    f"/v1/groups/{group}/topics/{topic}/pop", json={"max_messages": 1}
+                )
+                if answer.status_code == 200 and answer.json()["messages"]:
+                    served[group] = time.monotonic() - killed
             time.sleep(0.02)
-    took = time.monotonic() - killed
     b.stop()
-    return took, cold
+    return min(served.values()), max(served.values()), cold
 
 
 def _settled_history(bootstrap: str, topic: str, records: int) -> None:
@@ -381,10 +397,16 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
             f"{np.percentile(times, 50):.2f} s, max {max(times):.2f} s; all {times}"
         )
     for records in args.pop_state:
-        took, cold = takeover(bootstrap, admin, records, home)
+        first, _, cold = takeover(bootstrap, admin, records, home)
         print(
-            f"takeover with {records:,} pop-state records: {took:.2f} s to the standby's "
+            f"takeover with {records:,} pop-state records: {first:.2f} s to the standby's "
             f"first pop (the first leader's cold start: {cold:.1f} s)"
+        )
+    for groups in args.takeover_groups:
+        first, last, _ = takeover(bootstrap, admin, 10_000, home, groups)
+        print(
+            f"takeover with {groups} groups holding leases: {first:.2f} s to the first group's "
+            f"first pop, {last:.2f} s until every group had one (polled in turn)"
         )
 
 
@@ -399,6 +421,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--pop-state", type=_numbers, default=[10_000, 1_000_000])
+    parser.add_argument("--takeover-groups", type=_numbers, default=[1, 100])
     args = parser.parse_args()
     home = ROOT / ".kpd" / "bench-kafka"
     with broker_for_tests(os.environ, home) as bootstrap:
