@@ -45,6 +45,7 @@ from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
 from revive.requests import PopRequest, SettleRequest
+from revive.resume import GroupResumer
 from revive.settle import Settler
 from revive.stats import group_stats
 
@@ -55,6 +56,7 @@ IDLE_WAIT_S = 0.005  # how often the thread looks for new records between reques
 # reading them back (`revive.held_records`): some 50k leases of 300-byte records per shard.
 HELD_RECORD_BYTES = 16 * 1024 * 1024
 FLOOR_EVERY_S = 1.0  # how often replay floors and never-committed watermarks are looked for
+RESUME_THREADS = 8  # inherited groups whose fetchers are made at once (`revive.resume`)
 Request = PopRequest | SettleRequest
 
 
@@ -95,8 +97,8 @@ class PopService:
         self._topics_checked_at = 0.0  # when the fetched topics were last seen to exist
         self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
         self._floors_sent: dict[int, int] = {}
-        # (group, topic) the replayed ledgers name whose fetcher is still to start.
-        self._unresumed: list[tuple[str, str]] = []
+        # The fetchers of the groups the replayed ledgers name, made off this thread.
+        self._resumer: GroupResumer[GroupFetcher] = GroupResumer(RESUME_THREADS)
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
         self._handover = handover
         self.state = handover[0] if handover is not None else PopState(deps.shards)
@@ -135,28 +137,45 @@ class PopService:
         at = self._handover[1] if self._handover is not None else {}
         self._floor.assign(at, [p for p in self._partitions if p not in at])
         read = self._floor.replay_to_end(self.state, self._health.beat)
-        named = {(group, origin_topic(lane)) for group, lane, _ in self.state.ledgers}
-        # A distrusted retry lane names no topic: any fetcher of its group reads its retry topic.
-        self._unresumed = sorted((g, t) for g, t in named if t != UNTRUSTED)
+        self._resume_groups()
         log.info(
             "pop service started", shard=self.shard, ledgers=len(self.state.ledgers), read=read,
             hot=self._handover is not None,
         )  # fmt: skip
 
-    def _resume_one_group(self) -> None:
-        """Fetch one more group the replayed ledgers name, before any worker asks for it: this
-        leader may settle its leases (expiry) and must then move the group's offsets, or the
-        replay floor could never pass their checkpoints (`PopState.floors`). One per step, so a
-        takeover answers at once however many groups there are. The ledgers of a deleted topic
-        go: nothing of it can be fetched or settled again, and they would hold the floor."""
-        group, topic = self._unresumed.pop()
-        if self._topic_cache.exists(topic):
-            self._fetcher(group, topic)
-            return
-        self.state.drop(
-            {k for k in self.state.ledgers if k[0] == group and origin_topic(k[1]) == topic}
-        )
-        log.warning("dropped the leases of a deleted topic", group=group, topic=topic)
+    def _resume_groups(self) -> None:
+        """Fetch the groups the replayed ledgers name, before any worker asks for them: this
+        leader may settle their leases (expiry) and must then move the group's offsets, or the
+        replay floor could never pass their checkpoints (`PopState.floors`). Their fetchers are
+        made in parallel (`revive.resume`), so a takeover answers at once however many groups
+        there are. The ledgers of a deleted topic go: nothing of it can be fetched or settled
+        again, and they would hold the floor."""
+        inherited: dict[str, set[str]] = {}
+        for group, lane, _ in self.state.ledgers:
+            topic = origin_topic(lane)
+            # A distrusted retry lane names no topic: any fetcher of its group reads its retry
+            # topic.
+            if topic != UNTRUSTED:
+                inherited.setdefault(group, set()).add(topic)
+        for group, topics in inherited.items():
+            for topic in sorted(t for t in topics if not self._topic_cache.exists(t)):
+                topics.discard(topic)
+                self.state.drop(
+                    {k for k in self.state.ledgers if k[0] == group and origin_topic(k[1]) == topic}
+                )
+                log.warning("dropped the leases of a deleted topic", group=group, topic=topic)
+        self._resumer.start({g: t for g, t in inherited.items() if t}, self._made_fetcher)
+
+    def _made_fetcher(self, group: str, topics: set[str]) -> GroupFetcher:
+        """(In a resumer thread.) A fetcher of `group` reading `topics`, not yet installed."""
+        fetcher = self._new_fetcher(group)
+        try:
+            for topic in sorted(topics):
+                fetcher.add_topic(topic, self._timeout_s)
+        except BaseException:
+            fetcher.close()
+            raise
+        return fetcher
 
     def step(self) -> None:
         """Serve what arrived (waiting briefly if nothing did), revive, commit, answer."""
@@ -177,8 +196,7 @@ class PopService:
             future.set_result(answer)
 
     def _serve(self, requests: list[tuple[Request, Future[Any]]], step: PopStep) -> None:
-        if self._unresumed:
-            self._resume_one_group()
+        self._resumer.install_ready(self._fetchers.__setitem__)
         self._forget_deleted_topics()
         self._fetch()
         for request, future in requests:
@@ -242,6 +260,7 @@ class PopService:
         for _, future in self._drain(block=False):
             if not future.done():
                 future.set_exception(RuntimeError("this sidecar stopped leading"))
+        self._resumer.close(GroupFetcher.close)
         for fetcher in self._fetchers.values():
             fetcher.close()
         self._reader.close()
@@ -269,32 +288,36 @@ class PopService:
 
     def _fetcher(self, group: str, topic: str) -> GroupFetcher:
         fetcher = self._fetchers.get(group)
-        group_settings = self._settings.group(group)
         if fetcher is None:
-            assert group_settings.retry_topic and group_settings.dlq_topic
-            limit = self._settings.max_record_bytes
-            ensure_topics(
-                self._deps.admin,
-                [
-                    with_message_limit(TopicSpec(group_settings.retry_topic), limit),
-                    with_message_limit(TopicSpec(group_settings.dlq_topic), limit),
-                ],
-                self._settings.topic_partitions,
-                self._settings.topic_replication,
-                self._timeout_s,
-            )
-            shards = self._deps.shards
-            fetcher = GroupFetcher(
-                group,
-                group_settings.retry_topic,
-                self._deps.client_config,
-                lambda lane: self.state.last_leased.get((group, *lane), -1),
-                lambda topic, partition: shards.of_lane(group, topic, partition) == self.shard,
-            )
+            # An inherited group still being made: its fetcher (each of its calls is bounded).
+            fetcher = self._resumer.wait_for(group, 3 * self._timeout_s) or self._new_fetcher(group)
             self._fetchers[group] = fetcher
         if topic not in fetcher.topics:
             fetcher.add_topic(topic, self._timeout_s)
         return fetcher
+
+    def _new_fetcher(self, group: str) -> GroupFetcher:
+        group_settings = self._settings.group(group)
+        assert group_settings.retry_topic and group_settings.dlq_topic
+        limit = self._settings.max_record_bytes
+        ensure_topics(
+            self._deps.admin,
+            [
+                with_message_limit(TopicSpec(group_settings.retry_topic), limit),
+                with_message_limit(TopicSpec(group_settings.dlq_topic), limit),
+            ],
+            self._settings.topic_partitions,
+            self._settings.topic_replication,
+            self._timeout_s,
+        )
+        shards = self._deps.shards
+        return GroupFetcher(
+            group,
+            group_settings.retry_topic,
+            self._deps.client_config,
+            lambda lane: self.state.last_leased.get((group, *lane), -1),
+            lambda topic, partition: shards.of_lane(group, topic, partition) == self.shard,
+        )
 
     def _pop(self, request: PopRequest, future: Future[Any], step: PopStep) -> None:
         try:  # nothing is leased yet: a failure here concerns this request only
