@@ -57,7 +57,7 @@ from devtools.local_sidecar import (  # noqa: E402
     process_cpu_s,
 )
 from foundation.shards import ShardMap  # noqa: E402
-from kpd_client.client import IDLE_CONNECTION_S  # noqa: E402
+from kpd_client.client import CONNECTION_LIMITS  # noqa: E402
 from revive.ledger import Outcome  # noqa: E402
 from revive.records import AckRecord, CheckpointRecord, pack_batch  # noqa: E402
 
@@ -66,8 +66,7 @@ SHARDS = 8
 
 def http_client(url: str) -> httpx.Client:
     """Idle connections dropped before the sidecar's keep-alive closes them, as in the SDK."""
-    limits = httpx.Limits(keepalive_expiry=IDLE_CONNECTION_S)
-    return httpx.Client(base_url=url, timeout=60, limits=limits)
+    return httpx.Client(base_url=url, timeout=60, limits=CONNECTION_LIMITS)
 
 
 class Sidecar(SidecarProcess):

@@ -35,6 +35,10 @@ from kpd_client.retry import RETRY_DEADLINE_S, KpdError, retry_after_s, retry_wh
 # connection idle for just under 5 s could meet the sidecar's close and fail with "Server
 # disconnected without sending a response". Keep this below the sidecar's keep-alive.
 IDLE_CONNECTION_S = 2.0
+# httpx's default pool sizes, with that idle expiry.
+CONNECTION_LIMITS = httpx.Limits(
+    max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_CONNECTION_S
+)
 
 
 @dataclass(frozen=True)
@@ -143,11 +147,7 @@ class _Client:
         self._http: Any = self._http_class(
             headers=_headers(token),
             timeout=timeout_s,
-            limits=httpx.Limits(  # httpx's default pool sizes
-                max_connections=100,
-                max_keepalive_connections=20,
-                keepalive_expiry=IDLE_CONNECTION_S,
-            ),
+            limits=CONNECTION_LIMITS,
         )
         self._retry_deadline_s = retry_deadline_s
 
