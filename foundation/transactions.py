@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -110,6 +110,10 @@ class Transaction:
         self.used = False  # a transaction was begun (and, unless it raised, committed)
         self.refused: dict[Hashable, Refusal] = {}  # tag -> why the broker refused that record
         self._failure: KafkaError | None = None  # an untagged record failed: infrastructure
+        # The transaction had already failed when a record was queued: a refusal (or a lost
+        # record) reported in the background puts it in the abortable state, where librdkafka
+        # refuses every later record with _STATE. Not a fault of its own: `commit` says why.
+        self._failed_early: KafkaError | None = None
 
     def begin(self) -> None:
         if not self.open:
@@ -128,6 +132,8 @@ class Transaction:
         once (client-side checks) or at `commit` (the broker's answer); without one, any error
         is an infrastructure fault."""
         self.begin()
+        if self._failed_early is not None:
+            return  # the transaction will be aborted: nothing more is worth queueing
         if kw.get("on_delivery") is not None or (tag is not None and self._tracked):
             kw["on_delivery"] = self._tracker(tag, kw.get("on_delivery"))
         elif tag is not None:
@@ -143,6 +149,9 @@ class Transaction:
                 self._producer.poll(0.01)
             except KafkaException as exc:
                 error = exc.args[0]
+                if error.code() == KafkaError._STATE:
+                    self._failed_early = error
+                    return
                 if tag is None or error.code() not in VERDICTS:
                     raise
                 size = record_bytes(key if isinstance(key, bytes) else None, value, [])
@@ -157,12 +166,12 @@ class Transaction:
                 self._producer.send_offsets_to_transaction, offsets, group_metadata,
                 self._timeout_s,
             )  # fmt: skip
-        except KafkaException:
+        except KafkaException as exc:
             # A record the broker refused already makes the transaction abortable, so this call
             # fails too: name that record if it was one (else the failure is the call's own).
             self._producer.flush(self._timeout_s)
             self._raise_refusals()
-            raise
+            self._raise_failed(exc)
 
     def commit(self) -> None:
         """Commit; `RecordsRefused` (after aborting) if the broker refused tagged records."""
@@ -172,15 +181,22 @@ class Transaction:
         self._raise_refusals()
         if self._failure is not None:
             raise KafkaException(self._failure)
+        if self._failed_early is not None:  # records were left out: never commit the rest
+            self._raise_failed(KafkaException(self._failed_early))
         try:
             self._producer.commit_transaction(self._timeout_s)
         except KafkaException as exc:
-            if exc.args[0].txn_requires_abort():
-                self.abort()
-                if self._untracked_tags:
-                    raise RefusalUnknown(str(exc)) from exc
-            raise
+            self._raise_failed(exc)
         self.open = False
+
+    def _raise_failed(self, exc: KafkaException) -> NoReturn:
+        """The transaction failed: abort it if it can be, and say whether an untracked tagged
+        record may be why (the caller then redoes the step tracked)."""
+        if exc.args[0].txn_requires_abort() or self._failed_early is not None:
+            self.abort()
+            if self._untracked_tags:
+                raise RefusalUnknown(str(exc)) from exc
+        raise exc
 
     def _raise_refusals(self) -> None:
         """Once delivery reports are in: abort, and say which tagged records were refused, or

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kafka_helpers import TopicReader
 
 from foundation.kafka_clients import transactional_producer
@@ -82,3 +82,47 @@ def test_an_untracked_step_that_nothing_refused_commits(
         assert sorted(m.key() for m in reader.read_count(5, 15)) == [
             f"k{n}".encode() for n in range(5)
         ]
+
+
+def test_records_queued_after_a_refusal_reached_the_producer_are_no_fault_of_their_own(
+    kafka_bootstrap: str, new_topic, producer
+) -> None:
+    """A long step can still be queueing records when the broker's refusal of an earlier one
+    arrives: the transaction is then abortable and librdkafka refuses every later record with
+    _STATE. That must not fail the step as an infrastructure fault (the role would restart, and
+    the refused record would come back): the commit names the refused record, as without the
+    records after it."""
+    topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
+    step = Transaction(producer, 30)
+    step.produce(topic, b"big", b"x" * (LIMIT * 3), tag="the big one")
+    producer.flush(30)  # the refusal is in: the transaction is abortable from here on
+    step.produce(topic, b"after", b"s", tag="an innocent one")
+    step.produce(topic, b"log", b"s")
+    with pytest.raises(RecordsRefused) as refused:
+        step.commit()
+    assert set(refused.value.refused) == {"the big one"}
+    assert not step.open
+    with TopicReader(kafka_bootstrap, topic) as reader:
+        assert reader.read_for(1.0) == []
+
+
+def test_an_untracked_step_failed_before_its_offsets_are_sent_asks_for_a_tracked_redo(
+    kafka_bootstrap: str, new_topic, producer
+) -> None:
+    """The same in the fast path, where the refusal goes unreported: the records after it are
+    left out, and sending the step's offsets (which fails in the abortable state) asks for a
+    tracked redo instead of failing as an infrastructure fault."""
+    topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"g-{topic}"})
+    try:
+        step = Transaction(producer, 30, tracked=False)
+        step.produce(topic, b"big", b"x" * (LIMIT * 3), tag="the big one")
+        producer.flush(30)
+        step.produce(topic, b"after", b"s", tag="an innocent one")
+        with pytest.raises(RefusalUnknown):
+            step.send_offsets([TopicPartition(topic, 0, 1)], consumer.consumer_group_metadata())
+        assert not step.open
+    finally:
+        consumer.close()
+    with TopicReader(kafka_bootstrap, topic) as reader:
+        assert reader.read_for(1.0) == []
