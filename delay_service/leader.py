@@ -174,11 +174,11 @@ class DelayLeader:
             gauge.labels(str(self.shard)).set(0)
 
     def step(self) -> None:
-        chunk = self._read(self._wait_s())
+        first: dict[tuple[str, int], int] = {}  # offset of the step's first record per partition
+        chunk = self._read(self._wait_s(), first)
         self._refill(now_ms())
         tracked = time.monotonic() < self._tracked_until
         step = Step(self._producer, self._timeout_s, tracked=tracked)
-        first: dict[tuple[str, int], int] = {}  # offset of the step's first record per partition
         try:
             self._dispatch_due(step)  # what is due goes first: ingest must not make it late
             self._ingest_all(chunk, first, step)
@@ -202,25 +202,30 @@ class DelayLeader:
         if step.txn_used:
             self._applied(step)
 
-    def _read(self, timeout_s: float) -> list[Message]:
-        return self._consumer.consume(num_messages=INGEST_CHUNK, timeout=timeout_s)
+    def _read(self, timeout_s: float, first: dict[tuple[str, int], int]) -> list[Message]:
+        """Consume a chunk, noting each partition's first offset at once: a step that fails
+        before it has handled all of it (a record refused as it is produced) rewinds the
+        unhandled records too."""
+        chunk = self._consumer.consume(num_messages=INGEST_CHUNK, timeout=timeout_s)
+        for message in chunk:
+            if message.error() is None:
+                first.setdefault((message.topic(), message.partition()), message.offset())
+        return chunk
 
     def _ingest_all(
         self, chunk: list[Message], first: dict[tuple[str, int], int], step: Step
     ) -> None:
         """Ingest up to INGEST_BATCH records, read INGEST_CHUNK at a time, each dropped as soon
-        as it is handled, noting each partition's first offset for a rewind."""
+        as it is handled."""
         ingested = 0
         while chunk:
             ingested += len(chunk)
             chunk.reverse()
             while chunk:
                 message = chunk.pop()  # the previous one (and its header objects) is freed here
-                if message.error() is not None:
-                    continue
-                first.setdefault((message.topic(), message.partition()), message.offset())
-                self._ingest.record(message, step)
-            chunk = self._read(0) if ingested < INGEST_BATCH else []
+                if message.error() is None:
+                    self._ingest.record(message, step)
+            chunk = self._read(0, first) if ingested < INGEST_BATCH else []
 
     def _dispatch_due(self, step: Step) -> None:
         # Due by the broker's clock too: a clock running ahead waits the difference out.
