@@ -13,6 +13,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 LONG_S = "0.025"  # the histogram bucket that separates short pauses from long ones
+ROUND_S = 1.1  # a worker moves the pauses it noted into its histogram once a second
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class Pauses:
             less(self.seconds, before.seconds),
             less(self.short, before.short),
         )
+
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
 
     def row(self) -> str:
         if not self.collections:

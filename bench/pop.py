@@ -436,9 +436,12 @@ def kpd_throughput(
         meter[0].until(counter, target - 1, stop_at)
 
     sampler = threading.Thread(target=sample_cpu)
+    gc_before = gc_pauses.read(sidecar.url)
     sampler.start()
     results = run_processes(ctx, pop_ack_worker, args_for, procs, limit_s + 3)
     sampler.join()
+    time.sleep(gc_pauses.ROUND_S)  # the worker moves the phase's last pauses into its histogram
+    collected = gc_pauses.read(sidecar.url).minus(gc_before)
     acked = sum(r["acked"] for r in results)
     split = meter[0].split(acked, sum(r["cpu_s"] for r in results))
     span = max((r["last"] for r in results), default=0) - min(
@@ -460,6 +463,8 @@ def kpd_throughput(
         "ack_p99": pct(acks, 99),
         "errors": [r["error"] for r in results if r["error"]],
         "processes_reporting": len(results),
+        "gc": collected.row(),
+        "gc_s_per_1k": collected.total_s() * 1000 / max(acked, 1),
     }
 
 
@@ -714,8 +719,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                 f"= {r['rate']:,.0f} msgs/s; sidecar CPU {r['sidecar_cpu']:.0%} of one core; "
                 f"pop p50/p99 {r['pop_p50']:.1f}/{r['pop_p99']:.1f} ms, "
                 f"ack p50/p99 {r['ack_p50']:.1f}/{r['ack_p99']:.1f} ms under load; "
-                f"CPU {cpu_text(r['cpu_per_1k'])}; "
-                f"not acked {r['not_acked']}; errors {r['errors']}",
+                f"CPU {cpu_text(r['cpu_per_1k'])}, of which GC {r['gc_s_per_1k']:.4f} "
+                f"({r['gc']}); not acked {r['not_acked']}; errors {r['errors']}",
                 flush=True,
             )
         for batch in (1, 10):
