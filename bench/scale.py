@@ -7,7 +7,8 @@ Prints, in one run on one broker:
   * for 1, 2 and 4 worker processes of one `kpd run` (8 shards): delay ingest (schedules/s),
     burst drain (deliveries/s) and pop+ack at batch 100 (msgs/s), as ratios to 1 worker; the CPU
     split (each kpd process and the broker, core-seconds per 1,000 records) and each worker's
-    share of the work (from the delivery log's `node`);
+    share of the work (from the delivery log's `node`), and the fixed cost: each process's CPU
+    over 10 s with nothing to do, after the pop phase;
   * failover: SIGKILL of a sidecar under a steady due load, 2 sidecars with the broker's stock
     session timeout (6 s): time until the killed sidecar's shards deliver again, p50 and max;
   * takeover: the time from SIGKILL of a pop leader to the first pop answered by its standby,
@@ -62,6 +63,7 @@ from revive.ledger import Outcome  # noqa: E402
 from revive.records import AckRecord, CheckpointRecord, pack_batch  # noqa: E402
 
 SHARDS = 8
+IDLE_S = 10.0  # how long the processes are watched doing nothing, for their fixed cost
 
 
 def http_client(url: str) -> httpx.Client:
@@ -215,6 +217,11 @@ def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path
         result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, acked)
         result["pop_share"] = LogCount(bootstrap, log, "delivered", topic, acked, 120).nodes
         result["pop_forwarded"] = dict(sidecar.forwarded() - forwarded0)
+        # The fixed cost: what each process burns with nothing to do, once a group is read.
+        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
+        time.sleep(IDLE_S)
+        result["idle"] = [(c - cpu0.get(p, 0.0)) / IDLE_S for p, c in sorted(sidecar.cpu().items())]
+        result["idle_broker"] = (process_cpu_s(broker) - broker0) / IDLE_S
     finally:
         sidecar.stop()
     return result
@@ -387,6 +394,12 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                 flush=True,
             )
         print(f"  pop calls forwarded to another worker: {r['pop_forwarded']}", flush=True)
+        idle = " + ".join(f"{c:.3f}" for c in r["idle"])
+        print(
+            f"  idle for {IDLE_S:.0f} s after the pop phase: kpd {idle} = {sum(r['idle']):.3f}, "
+            f"broker {r['idle_broker']:.3f} cores",
+            flush=True,
+        )
         if not r["burst_valid"]:
             print("  !! the burst was not all scheduled before its due time", flush=True)
     if args.kills:
