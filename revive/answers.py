@@ -5,26 +5,25 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from confluent_kafka import Message
-
 from revive.copies import Origin, user_headers
+from revive.source_record import SourceRecord
 
 
 def message_json(
-    message: Message, origin: Origin, receipt: str, count: int, invisible_until: int
+    record: SourceRecord, origin: Origin, receipt: str, count: int, invisible_until: int
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "receipt": receipt,
         "topic": origin.topic,
         "partition": origin.partition,
         "offset": origin.offset,
-        "key": _text(message.key()),
-        "headers": {n: (v or b"").decode("utf-8", "replace") for n, v in user_headers(message)},
-        "timestamp_ms": message.timestamp()[1],
+        "key": _text(record.key),
+        "headers": {n: (v or b"").decode("utf-8", "replace") for n, v in user_headers(record)},
+        "timestamp_ms": record.timestamp_ms,
         "delivery_count": count,
         "invisible_until_ms": invisible_until,
     }
-    value = message.value()
+    value = record.value
     text = _text(value)
     if value is not None and text is None:
         body["value_b64"] = base64.b64encode(value).decode()

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 import structlog
-from confluent_kafka import Message
 
 from foundation.clock import now_ms
 from foundation.config import GroupSettings, Settings
@@ -26,6 +25,7 @@ from revive.held_records import HeldRecords, Place
 from revive.pop_state import PopState
 from revive.pop_step import Copy, PopStep
 from revive.reader import OffsetReader
+from revive.source_record import SourceRecord
 
 log = structlog.get_logger(__name__)
 
@@ -43,27 +43,27 @@ class Copier:
         found = self._records(step.copies)
         now = now_ms()
         for copy in step.copies:
-            message = found.get((copy.key, copy.offset))
-            if message is None:
+            record = found.get((copy.key, copy.offset))
+            if record is None:
                 log.warning("record to copy is gone", lane=copy.key[1], offset=copy.offset)
                 continue
             group = self._settings.group(copy.key[0])
             assert group.retry_topic is not None
-            origin = trusted_or_flagged(message, group.retry_topic).origin
-            headers = copy_headers(message, origin, copy.delivery_count)
-            reason = copy.dead_letter_reason or self._too_large_to_retry(message, headers)
+            origin = trusted_or_flagged(record, group.retry_topic).origin
+            headers = copy_headers(record, origin, copy.delivery_count)
+            reason = copy.dead_letter_reason or self._too_large_to_retry(record, headers)
             if reason is not None and copy.answer is not None:
                 copy.answer["status"] = "dead_lettered"  # the caller learns what really happened
             if reason is None:
-                self._retry(step, group, message, (origin, headers), copy, now)
+                self._retry(step, group, record, (origin, headers), copy, now)
             else:
-                self._dead_letter(step, group, message, (origin, headers), copy, reason, now)
+                self._dead_letter(step, group, record, (origin, headers), copy, reason, now)
 
-    def _records(self, copies: list[Copy]) -> dict[Place, Message]:
+    def _records(self, copies: list[Copy]) -> dict[Place, SourceRecord]:
         """The records to copy that still exist: held ones if still in their partition (one
         watermark look per partition: a record deleted since it was leased is gone), the others
         read back from Kafka."""
-        found: dict[Place, Message] = {}
+        found: dict[Place, SourceRecord] = {}
         held_in: dict[tuple[str, int], list[Place]] = defaultdict(list)
         wanted: dict[tuple[str, int, int], list[Place]] = defaultdict(list)
         for copy in copies:
@@ -73,7 +73,7 @@ class Copier:
                 wanted[(source_topic(copy.key[1]), copy.key[2], copy.offset)].append(place)
             else:
                 found[place] = record
-                held_in[(record.topic(), record.partition())].append(place)
+                held_in[(record.topic, record.partition)].append(place)
         for (topic, partition), places in held_in.items():
             present = self._reader.present(topic, partition, {offset for _, offset in places})
             for place in places:
@@ -81,12 +81,12 @@ class Copier:
                     del found[place]
         if wanted:
             metrics.COPY_READS.inc(len(wanted))
-            for at, message in self._reader.read(set(wanted)).items():
-                found.update((place, message) for place in wanted[at])
+            for at, read in self._reader.read(set(wanted)).items():
+                found.update((place, read) for place in wanted[at])
         return found
 
-    def _too_large_to_retry(self, message: Message, headers: list[Header]) -> str | None:
-        size = record_bytes(message.key(), message.value(), headers)
+    def _too_large_to_retry(self, record: SourceRecord, headers: list[Header]) -> str | None:
+        size = record_bytes(record.key, record.value, headers)
         limit = self._settings.max_record_bytes
         if size <= limit:
             return None
@@ -96,7 +96,7 @@ class Copier:
         self,
         step: PopStep,
         group: GroupSettings,
-        message: Message,
+        record: SourceRecord,
         copied: tuple[Origin, list[Header]],
         copy: Copy,
         now: int,
@@ -111,9 +111,9 @@ class Copier:
             topic, headers = self._settings.buffer_topic, [*headers, *control]
         else:
             topic = group.retry_topic
-        step.txn.produce(topic, message.key(), message.value(), headers=headers)
+        step.txn.produce(topic, record.key, record.value, headers=headers)
         step.log(
-            Event.RETRIED, message, origin, copy.delivery_count, now,
+            Event.RETRIED, record, origin, copy.delivery_count, now,
             group=copy.key[0], due_ms=now + copy.delay_ms,
         )  # fmt: skip
         metrics.RETRIED.inc()
@@ -122,7 +122,7 @@ class Copier:
         self,
         step: PopStep,
         group: GroupSettings,
-        message: Message,
+        record: SourceRecord,
         copied: tuple[Origin, list[Header]],
         copy: Copy,
         reason: str,
@@ -131,12 +131,10 @@ class Copier:
         origin, headers = copied
         assert group.dlq_topic is not None
         extra: list[Header] = [(DLQ_REASON, reason.encode()[:1000])]
-        key, value, fitted_headers = fitted(
-            message.key(), message.value(), headers, extra, self._limit
-        )
+        key, value, fitted_headers = fitted(record.key, record.value, headers, extra, self._limit)
         step.txn.produce(group.dlq_topic, key, value, headers=fitted_headers)
         step.log(
-            Event.DEAD_LETTERED, message, origin, copy.delivery_count, now,
+            Event.DEAD_LETTERED, record, origin, copy.delivery_count, now,
             group=copy.key[0], reason=reason,
         )  # fmt: skip
         name = copy.key[0]

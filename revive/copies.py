@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 
 import msgspec
-from confluent_kafka import Message
+
+from revive.source_record import Header, SourceRecord
 
 DELIVERY_COUNT = "kpd-delivery-count"
 ORIGIN_TOPIC = "kpd-origin-topic"
@@ -53,8 +54,8 @@ class Origin(msgspec.Struct, frozen=True, gc=False):
     offset: int
 
     @classmethod
-    def here(cls, message: Message) -> Origin:
-        return cls(message.topic(), message.partition(), message.offset())
+    def here(cls, record: SourceRecord) -> Origin:
+        return cls(record.topic, record.partition, record.offset)
 
 
 class Provenance(msgspec.Struct, frozen=True, gc=False):
@@ -63,20 +64,20 @@ class Provenance(msgspec.Struct, frozen=True, gc=False):
     distrust: str | None = None  # why a retry copy's kpd headers cannot be trusted
 
 
-def trusted_or_flagged(message: Message, retry_topic: str) -> Provenance:
+def trusted_or_flagged(record: SourceRecord, retry_topic: str) -> Provenance:
     """`provenance`, or for a retry copy kpd cannot trust, its own place with the reason."""
     try:
-        return provenance(message, retry_topic)
+        return provenance(record, retry_topic)
     except UntrustedHeaders as error:
-        return Provenance(Origin.here(message), 0, str(error))
+        return Provenance(Origin.here(record), 0, str(error))
 
 
-def provenance(message: Message, retry_topic: str) -> Provenance:
-    """Origin and earlier deliveries of `message`; `UntrustedHeaders` for a bad retry copy."""
-    if message.topic() != retry_topic:
-        return Provenance(Origin.here(message), 0)
+def provenance(record: SourceRecord, retry_topic: str) -> Provenance:
+    """Origin and earlier deliveries of `record`; `UntrustedHeaders` for a bad retry copy."""
+    if record.topic != retry_topic:
+        return Provenance(Origin.here(record), 0)
     headers: dict[str, bytes | None] = {}
-    for name, value in message.headers() or []:
+    for name, value in record.headers:
         if name in headers:
             raise UntrustedHeaders(f"header {name} appears twice")
         headers[name] = value
@@ -107,16 +108,14 @@ def _number(headers: dict[str, bytes | None], name: str, maximum: int, minimum: 
     return int(raw)
 
 
-def user_headers(message: Message) -> list[tuple[str, bytes | None]]:
-    return [(n, v) for n, v in message.headers() or [] if n not in KPD_HEADERS]
+def user_headers(record: SourceRecord) -> list[Header]:
+    return [(n, v) for n, v in record.headers if n not in KPD_HEADERS]
 
 
-def copy_headers(
-    message: Message, origin: Origin, delivery_count: int
-) -> list[tuple[str, bytes | None]]:
+def copy_headers(record: SourceRecord, origin: Origin, delivery_count: int) -> list[Header]:
     """The headers of a retry or dead-letter copy: the user's, and kpd's bookkeeping."""
     return [
-        *user_headers(message),
+        *user_headers(record),
         (DELIVERY_COUNT, str(delivery_count).encode()),
         (ORIGIN_TOPIC, origin.topic.encode()),
         (ORIGIN_PARTITION, str(origin.partition).encode()),

@@ -20,11 +20,18 @@ from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from foundation.kafka_clients import HELD_FETCH_MS, state_consumer
 from revive.copies import Provenance, trusted_or_flagged
+from revive.source_record import SourceRecord
 
 PAUSE_AT = 5_000  # buffered records per partition before fetching pauses (bounds memory)
 RESUME_AT = 1_000
+# Records moved into lanes per consume call: each is a tracked `Message` until it is copied, and
+# a few hundred at a time stay under the collector's young threshold (700 objects).
+FETCH_CHUNK = 500
+FETCH_CHUNKS = 4  # per call: as many records as one consume of 2,000 moved before
 LaneKey = tuple[str, int]  # (lane name, partition)
-Fetched = tuple[Message, Provenance]
+# A lane's entry. The tuple holds untracked objects only, so the collector untracks it at its
+# first collection (`revive.source_record`).
+Fetched = tuple[SourceRecord, Provenance]
 # Retry-topic records whose kpd headers cannot be trusted gather under this origin ("" is no
 # topic name, so no pop asks for it); the pop service dead-letters them with the reason.
 UNTRUSTED = ""
@@ -93,22 +100,30 @@ class GroupFetcher:
         """Move what the consumer has prefetched into lanes; never blocks. Returns the origin
         topics that got records (a pop of one of them may find something now)."""
         arrived: set[str] = set()
-        for message in self.consumer.consume(num_messages=2_000, timeout=0):
+        for _ in range(FETCH_CHUNKS):
+            messages = self.consumer.consume(num_messages=FETCH_CHUNK, timeout=0)
+            self._sort(messages, arrived)
+            if len(messages) < FETCH_CHUNK:
+                break
+        return arrived
+
+    def _sort(self, messages: list[Message], arrived: set[str]) -> None:
+        for message in messages:
             if message.error() is not None:
                 continue
-            found = trusted_or_flagged(message, self.retry_topic)
+            record = SourceRecord.of(message)
+            found = trusted_or_flagged(record, self.retry_topic)
             origin = UNTRUSTED if found.distrust else found.origin.topic
-            key = (lane_name(message.topic(), origin), message.partition())
-            if message.offset() <= self._last_leased(key):
+            key = (lane_name(record.topic, origin), record.partition)
+            if record.offset <= self._last_leased(key):
                 continue  # leased before a restart: the ledger has it
             lane = self._lanes.get(key)
             if lane is None:
                 lane = self._lanes[key] = deque()
                 self._by_origin.setdefault(origin, []).append(key)
-            lane.append((message, found))
-            self._count((message.topic(), message.partition()), 1)
+            lane.append((record, found))
+            self._count((record.topic, record.partition), 1)
             arrived.add(origin)
-        return arrived
 
     def take(self, topic: str, limit: int) -> list[tuple[LaneKey, Fetched]]:
         """Up to `limit` records for pops of `topic`, retries first (they waited longest)."""
@@ -118,7 +133,7 @@ class GroupFetcher:
             while lane and len(taken) < limit:
                 fetched = lane.popleft()
                 taken.append((key, fetched))
-                self._count((fetched[0].topic(), fetched[0].partition()), -1)
+                self._count((fetched[0].topic, fetched[0].partition), -1)
         return taken
 
     def available(self, topic: str, retries: bool | None = None) -> int:
@@ -131,7 +146,7 @@ class GroupFetcher:
     def cursor(self, topic: str, partition: int) -> int:
         """The next offset of this partition not yet handed out (buffered ones included)."""
         heads = [
-            lane[0][0].offset()
+            lane[0][0].offset
             for (name, p), lane in self._lanes.items()
             if p == partition and lane and source_topic(name) == topic
         ]

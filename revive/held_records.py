@@ -3,15 +3,15 @@
 Leases keep offsets only (`revive.ledger`), and a copy needs the message again. Reading it back
 (`revive.reader`: assign, fetch, unassign, per partition) ran inside the pop step, so every pop
 and ack of the shard waited while a nack or an expired lease was copied. The leader keeps what
-it handed out instead: the fetched message itself, from its lease until its delivery is settled.
+it handed out instead: the fetched record itself, from its lease until its delivery is settled.
 Kafka records never change, so a held record is never stale. It is bounded by bytes: what does
 not fit (long leases on a busy shard) and what was leased before a takeover is read back as
 before.
 
 Holding is on the path of every pop and ack, so it is kept cheap: one insertion-ordered dict of
-offsets per ledger (no tuple key to build and hash per record), the message object as fetched
-(no copy), and its size computed again when it is dropped rather than stored beside it
-(kpd never changes a fetched message).
+offsets per ledger (no tuple key to build and hash per record), the record as fetched (an
+untracked struct, `revive.source_record`: no copy), and its size computed again when it is
+dropped rather than stored beside it (kpd never changes a fetched record).
 """
 
 from __future__ import annotations
@@ -19,52 +19,50 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from confluent_kafka import Message
-
 from foundation.record_size import record_bytes
 from revive.pop_state import LedgerKey
+from revive.source_record import SourceRecord
 
-ENTRY_OVERHEAD_BYTES = 250  # the message object, its dict slot and the ints, roughly
+ENTRY_OVERHEAD_BYTES = 250  # the record's struct, its dict slot and the ints, roughly
 Place = tuple[LedgerKey, int]  # (group, lane, partition), offset
 
 
-def held_bytes(message: Message) -> int:
-    """What holding a message costs, roughly; the same for the same message every time."""
-    headers = message.headers() or ()
-    return ENTRY_OVERHEAD_BYTES + record_bytes(message.key(), message.value(), headers)
+def held_bytes(record: SourceRecord) -> int:
+    """What holding a record costs, roughly; the same for the same record every time."""
+    return ENTRY_OVERHEAD_BYTES + record_bytes(record.key, record.value, record.headers)
 
 
 class HeldRecords:
-    """Held messages by ledger and offset. Past the budget, the ledger held longest (without a
+    """Held records by ledger and offset. Past the budget, the ledger held longest (without a
     break) gives up its oldest records first."""
 
     def __init__(self, budget_bytes: int) -> None:
         self._budget = budget_bytes
-        self._ledgers: dict[LedgerKey, OrderedDict[int, Message]] = {}
+        self._ledgers: dict[LedgerKey, OrderedDict[int, SourceRecord]] = {}
         self.bytes = 0
 
     def __len__(self) -> int:
         return sum(map(len, self._ledgers.values()))
 
-    def keep(self, key: LedgerKey, messages: Iterable[Message]) -> None:
+    def keep(self, key: LedgerKey, records: Iterable[SourceRecord]) -> None:
         """Hold records of one ledger just leased, making room by dropping the oldest ones."""
         held = self._ledgers.get(key)
         if held is None:
             held = self._ledgers[key] = OrderedDict()
-        for message in messages:
-            offset, size = message.offset(), held_bytes(message)
+        for record in records:
+            offset, size = record.offset, held_bytes(record)
             replaced = held.pop(offset, None)
             if replaced is not None:
                 self.bytes -= held_bytes(replaced)
             if size <= self._budget:
-                held[offset] = message
+                held[offset] = record
                 self.bytes += size
         while self.bytes > self._budget:
             self._drop_oldest()
         if not held:
             self._ledgers.pop(key, None)
 
-    def get(self, key: LedgerKey, offset: int) -> Message | None:
+    def get(self, key: LedgerKey, offset: int) -> SourceRecord | None:
         held = self._ledgers.get(key)
         return None if held is None else held.get(offset)
 
@@ -72,15 +70,15 @@ class HeldRecords:
         held = self._ledgers.get(key)
         if held is None:
             return
-        message = held.pop(offset, None)
-        if message is not None:
-            self.bytes -= held_bytes(message)
+        record = held.pop(offset, None)
+        if record is not None:
+            self.bytes -= held_bytes(record)
         if not held:  # a ledger held again later goes to the back of the eviction order
             del self._ledgers[key]
 
     def _drop_oldest(self) -> None:
         key, held = next(iter(self._ledgers.items()))
-        _, message = held.popitem(last=False)
-        self.bytes -= held_bytes(message)
+        _, record = held.popitem(last=False)
+        self.bytes -= held_bytes(record)
         if not held:
             del self._ledgers[key]

@@ -40,13 +40,15 @@ class Leaser:
         out = []
         for (lane, partition), batch in _by_lane(taken).items():
             key = (request.group, lane, partition)
-            record = self._checkpoint(key, batch, deadline, now, step)
-            counts = record.delivery_counts
-            texts = self._codec.encode_batch(*key, record.checkpoint_id, record.offsets, counts)
-            self._held.keep(key, (message for message, _ in batch))  # for a nack's copy
-            for (message, found), count, text in zip(batch, counts, texts, strict=True):
-                out.append(message_json(message, found.origin, text, count, deadline))
-                step.log(Event.DELIVERED, message, found.origin, count, now, group=request.group)
+            checkpoint = self._checkpoint(key, batch, deadline, now, step)
+            counts = checkpoint.delivery_counts
+            texts = self._codec.encode_batch(
+                *key, checkpoint.checkpoint_id, checkpoint.offsets, counts
+            )
+            self._held.keep(key, (source for source, _ in batch))  # for a nack's copy
+            for (source, found), count, text in zip(batch, counts, texts, strict=True):
+                out.append(message_json(source, found.origin, text, count, deadline))
+                step.log(Event.DELIVERED, source, found.origin, count, now, group=request.group)
         metrics.POPPED.inc(len(out))
         return out
 
@@ -56,11 +58,13 @@ class Leaser:
         now = now_ms()
         for (lane, partition), batch in _by_lane(taken).items():
             key = (fetcher.group, lane, partition)
-            record = self._checkpoint(key, batch, now, now, step)
-            self._held.keep(key, (message for message, _ in batch))
-            for message, found in batch:
-                offset = message.offset()
-                settled = AckRecord(*key, record.checkpoint_id, offset, Outcome.DEAD_LETTERED, now)
+            checkpoint = self._checkpoint(key, batch, now, now, step)
+            self._held.keep(key, (source for source, _ in batch))
+            for source, found in batch:
+                offset = source.offset
+                settled = AckRecord(
+                    *key, checkpoint.checkpoint_id, offset, Outcome.DEAD_LETTERED, now
+                )
                 self._state.apply(settled)
                 step.record(settled)
                 reason = f"kpd headers cannot be trusted: {found.distrust}"
@@ -77,7 +81,7 @@ class Leaser:
         record = CheckpointRecord(
             *key,
             self._state.new_checkpoint_id(),
-            tuple(message.offset() for message, _ in batch),
+            tuple(source.offset for source, _ in batch),
             tuple(_count(found) for _, found in batch),
             deadline,
             now,

@@ -19,6 +19,7 @@ from foundation.transactions import Transaction
 from revive.copies import Origin
 from revive.pop_state import LedgerKey, PopState, Written
 from revive.records import AckRecord, CheckpointRecord, StateRecord, pack_batch
+from revive.source_record import SourceRecord
 
 
 @dataclass
@@ -65,7 +66,7 @@ class PopStep:
             )  # fmt: skip
 
     def log(
-        self, event: Event, message: Message, origin: Origin, count: int, at: int, **extra: Any
+        self, event: Event, record: SourceRecord, origin: Origin, count: int, at: int, **extra: Any
     ) -> None:
         record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
         extra.setdefault("due_ms", None)
@@ -74,7 +75,7 @@ class PopStep:
             record_id,
             origin.topic,
             at_ms=at,
-            enqueued_ms=message.timestamp()[1],
+            enqueued_ms=record.timestamp_ms,
             node=self._node,
             delivery_count=count,
             partition=origin.partition,

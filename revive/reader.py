@@ -13,9 +13,10 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from foundation.kafka_clients import state_consumer
+from revive.source_record import SourceRecord
 
 GONE = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
@@ -29,12 +30,12 @@ class OffsetReader:
         )  # assign() only, never commits
         self._timeout_s = timeout_s
 
-    def read(self, wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], Message]:
+    def read(self, wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], SourceRecord]:
         """Records at (topic, partition, offset); ones that no longer exist are left out."""
         by_partition: dict[tuple[str, int], set[int]] = defaultdict(set)
         for topic, partition, offset in wanted:
             by_partition[(topic, partition)].add(offset)
-        found: dict[tuple[str, int, int], Message] = {}
+        found: dict[tuple[str, int, int], SourceRecord] = {}
         for (topic, partition), asked in by_partition.items():
             offsets = self.present(topic, partition, asked)
             if not offsets:
@@ -48,7 +49,7 @@ class OffsetReader:
                     if message.error() is not None:
                         continue
                     if message.offset() in offsets:
-                        found[(topic, partition, message.offset())] = message
+                        found[(topic, partition, message.offset())] = SourceRecord.of(message)
                     done = done or message.offset() >= last
             self._consumer.unassign()
         return found

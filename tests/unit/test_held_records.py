@@ -1,36 +1,52 @@
 """HeldRecords: what a pop leader keeps of the records it handed out, for copies without reads."""
 
+import gc
+
 from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
 from foundation.record_size import HEADER_FRAMING_BYTES
 from revive.held_records import ENTRY_OVERHEAD_BYTES, HeldRecords, held_bytes
+from revive.source_record import SourceRecord
 
 KEY = ("workers", "orders", 0)
 OTHER = ("workers", "orders", 1)
 
 
-def message(offset: int, value: bytes = b"v" * 50, topic: str = "orders") -> Message:
-    return Message(
-        topic=topic, partition=0, offset=offset, key=b"k", value=value,
-        headers=[("h", b"x"), ("n", None)], timestamp=(1, 1_700_000_000_000 + offset),
+def message(offset: int, value: bytes = b"v" * 50, topic: str = "orders") -> SourceRecord:
+    return SourceRecord.of(
+        Message(
+            topic=topic, partition=0, offset=offset, key=b"k", value=value,
+            headers=[("h", b"x"), ("n", None)], timestamp=(1, 1_700_000_000_000 + offset),
+        )
     )  # fmt: skip
+
+
+def bare(offset: int) -> SourceRecord:
+    return SourceRecord.of(Message(topic="orders", partition=0, offset=offset, value=None))
+
+
+def test_a_record_is_copied_whole_and_untracked_by_the_garbage_collector():
+    record = message(7)
+    assert record == SourceRecord(
+        "orders", 0, 7, b"k", b"v" * 50, (("h", b"x"), ("n", None)), 1_700_000_000_007
+    )
+    assert not gc.is_tracked(record)
 
 
 def test_a_record_costs_its_key_value_headers_and_the_entry():
     headers = (1 + 1 + HEADER_FRAMING_BYTES) + (1 + 0 + HEADER_FRAMING_BYTES)
     assert held_bytes(message(7)) == ENTRY_OVERHEAD_BYTES + 1 + 50 + headers
-    bare = Message(topic="orders", partition=0, offset=2, value=None)
-    assert held_bytes(bare) == ENTRY_OVERHEAD_BYTES
+    assert held_bytes(bare(2)) == ENTRY_OVERHEAD_BYTES
 
 
 def test_kept_until_dropped_and_a_message_without_headers():
     held = HeldRecords(budget_bytes=1 << 20)
     first = message(1)
-    held.keep(KEY, [first, Message(topic="orders", partition=0, offset=2, value=None)])
-    assert held.get(KEY, 1) is first  # the fetched message itself: nothing copied
-    assert held.get(KEY, 2).headers() is None and held.get(KEY, 2).value() is None
+    held.keep(KEY, [first, bare(2)])
+    assert held.get(KEY, 1) is first  # the fetched record itself: nothing copied
+    assert held.get(KEY, 2).headers == () and held.get(KEY, 2).value is None
     assert held.get(("other", "orders", 0), 1) is None  # another group's lease of the record
     held.drop(KEY, 1)
     held.drop(KEY, 1)  # twice changes nothing
@@ -85,7 +101,7 @@ def test_bytes_are_exact_and_within_budget(operations, budget):
             held.drop(KEY, offset)
             model.pop(offset, None)
         present = [o for o in model if held.get(KEY, o) is not None]
-        assert all(held.get(KEY, o).value() == model[o] for o in present)
+        assert all(held.get(KEY, o).value == model[o] for o in present)
         assert present == list(model)[len(model) - len(present) :]  # the oldest went first
         assert held.bytes == sum(held_bytes(held.get(KEY, o)) for o in present) <= budget
         assert len(held) == len(present)
