@@ -202,7 +202,7 @@ def main() -> None:
     parser.add_argument(
         "--gc-threshold",
         type=counts,
-        help="gc.set_threshold values, e.g. 100000,50,100 (the sidecar's workaround)",
+        help="gc.set_threshold values, e.g. 100000,50,100 (the sidecar's until 2026-11-25)",
     )
     args = parser.parse_args()
     if args.gc_threshold:

@@ -7,7 +7,6 @@ SIGTERM/SIGINT stop a worker gracefully, within `SHUTDOWN_BOUND_S`: a Kafka call
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import signal
 import socket
@@ -45,12 +44,10 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
     settings = settings.for_worker(index)
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(Sidecar(settings, url, StartedWorkers(index, settings.workers)))
-    # With the default thresholds kpd's CPU per popped message was 17-22% higher (one pair of
-    # bench/pop.py runs, BENCHMARKS.md 2026-11-25 15:50): the pop service's lanes hold fetched
-    # records as GC-tracked messages until they are popped. The delay leader no longer needs it.
-    # Collections stay rare, and the objects the worker built at startup are frozen out of them,
-    # so a full one walks only what it made since.
-    gc.set_threshold(100_000, 50, 100)
+    # Python's default GC thresholds: what a worker holds for long (wheel entries, window
+    # schedules, fetched and handed-out pop records) is untracked by the collector, and the
+    # objects the worker built at startup are frozen out of it, so collections stay short
+    # (BENCHMARKS.md, 2026-11-25 19:49).
     freeze_startup_objects()
     # uvicorn installs the SIGTERM/SIGINT handlers: it stops accepting, drains requests, then
     # runs the app's lifespan shutdown, which stops the sidecar's threads in order.
