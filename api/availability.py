@@ -28,6 +28,10 @@ class Availability:
         if self._loop is not None and (group, topic) in self._waiters:
             self._loop.call_soon_threadsafe(self._wake, (group, topic))
 
+    def awaited(self) -> bool:
+        """Does any long poll wait for records now? (read from the pop services' threads)"""
+        return bool(self._waiters)
+
     def _wake(self, key: Key) -> None:
         for event in self._waiters.get(key, ()):
             event.set()

@@ -71,6 +71,8 @@ class PopRouter:
                 await _answer(service.submit(PopRequest(group, topic, 0, 1000)))
         deadline = time.monotonic() + wait_ms / 1000
         with self._node.availability.waiting(group, topic) as arrived:
+            for service in services:
+                service.wake()
             while True:
                 count = sum(service.available(group, topic) for service in services)
                 left = deadline - time.monotonic()
@@ -128,6 +130,8 @@ class PopRouter:
         """Until a local lane gets records, or a remote owner says it has some, or `left_s`."""
         services = [s for s in sources if isinstance(s, PopService)]
         with self._node.availability.waiting(group, topic) as arrived:
+            for service in services:
+                service.wake()
             if any(service.available(group, topic) for service in services):
                 return  # arrived since the last look
             waits: list[Awaitable[Any]] = [arrived.wait()]

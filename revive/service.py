@@ -51,13 +51,19 @@ from revive.stats import group_stats
 
 log = structlog.get_logger(__name__)
 
-IDLE_WAIT_S = 0.005  # how often the thread looks for new records between requests
+# How often the thread looks for new records between requests: often while a long poll of this
+# worker waits for some (it must wake as soon as they arrive), rarely while none does, since a pop
+# moves what was fetched into the lanes itself. Every idle shard woke 200 times a second: about
+# 0.15 of a core per worker with 8 shards and nothing to do (BENCHMARKS.md, 2026-11-25 21:00).
+IDLE_WAIT_S = 0.005
+QUIET_WAIT_S = 0.05
 # What the leader holds of the records it handed out, for nacks and expiries to copy without
 # reading them back (`revive.held_records`): some 50k leases of 300-byte records per shard.
 HELD_RECORD_BYTES = 16 * 1024 * 1024
 FLOOR_EVERY_S = 1.0  # how often replay floors and never-committed watermarks are looked for
 RESUME_THREADS = 8  # inherited groups whose fetchers are made at once (`revive.resume`)
 Request = PopRequest | SettleRequest
+WAKE: tuple[Any, Any] = (None, None)  # queued by `wake`: a step, with nothing to answer
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class PopDeps:
     codec: ReceiptCodec
     shards: ShardMap
     on_available: Callable[[str, str], None]  # (group, topic): records arrived for it
+    awaited: Callable[[], bool]  # does a long poll of this worker wait for records?
 
 
 class PopService:
@@ -115,6 +122,10 @@ class PopService:
         future: Future[Any] = Future()
         self._queue.put((request, future))
         return future
+
+    def wake(self) -> None:
+        """A long poll starts waiting: look for records at once, and often from now on."""
+        self._queue.put(WAKE)
 
     def knows(self, group: str, topic: str) -> bool:
         """Has this shard been asked for (group, topic), so that it reads its lanes?"""
@@ -271,13 +282,13 @@ class PopService:
     def _drain(self, block: bool = True) -> list[tuple[Request, Future[Any]]]:
         items = []
         try:
-            wait = IDLE_WAIT_S if block else 0
+            wait = (IDLE_WAIT_S if self._deps.awaited() else QUIET_WAIT_S) if block else 0
             items.append(self._queue.get(timeout=wait) if wait else self._queue.get_nowait())
             while True:
                 items.append(self._queue.get_nowait())
         except queue.Empty:
             pass
-        return items
+        return [item for item in items if item is not WAKE]
 
     def _fetch(self) -> None:
         for group, fetcher in self._fetchers.items():

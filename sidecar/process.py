@@ -262,7 +262,7 @@ class Sidecar:
     def _make_pop(self, shard: int, health: LoopHealth) -> PopService:
         deps = PopDeps(
             self.settings, self.client_config, self.producer_config, self.admin, self.codec,
-            self.shard_map, self.availability.notify,
+            self.shard_map, self.availability.notify, self.availability.awaited,
         )  # fmt: skip
         return PopService(deps, shard, health, self._pop_follower.hand_over(shard))
 
