@@ -15,6 +15,8 @@ One run, one broker, one `kpd run` process (real Kafka, real RocksDB), printing:
     read_committed consumer got it - kpd-deliver-at;
   * mixed load: the same, while far-future schedules arrive on the buffer topic at --mixed-ingest
     per second (default 15k/s) for as long as the due records flow;
+  * short delays at a trickle: schedules due 20 ms after they are produced, one every 25 ms, the
+    same two lateness figures (nothing else fills the leader's reads);
   * burst: N records due in the same millisecond; drain rate = N / (last delivery - due);
   * what the broker wrote per scheduled record (the burst's ingest) and per delivery (its drain),
     records and bytes by topic (`bench/broker_writes.py`);
@@ -37,6 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -51,6 +54,7 @@ from bench import gc_pauses  # noqa: E402
 from bench.broker_writes import snapshot  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
+from foundation.kafka_clients import consume_ready  # noqa: E402
 
 VALUE = b"v" * 100
 DAY_MS = 24 * 3600 * 1000
@@ -60,6 +64,7 @@ SETTLE_S = 15.0  # longer than memory_trim's period (10 s): RSS once freed memor
 # Records due later than this rate of ingest needs: each is scheduled before it is due, so the
 # lateness measured is dispatch's, not ingest's (the slowest ingest seen here: 6-7k/s, 8 shards).
 INGEST_FLOOR_PER_S = 5_000
+TRICKLE_N, TRICKLE_DELAY_MS, TRICKLE_EVERY_S = 200, 20, 0.025
 
 
 def now_ms() -> int:
@@ -126,13 +131,16 @@ def consumer(bootstrap: str, topic: str, **extra: object) -> Consumer:
     return c
 
 
-def read_deliveries(bootstrap: str, topic: str, n: int, timeout_s: float) -> np.ndarray:
-    """Read n records; rows of (due, broker timestamp, received at) in ms."""
-    c = consumer(bootstrap, topic)
+def read_deliveries(
+    bootstrap: str, topic: str, n: int, timeout_s: float, c: Consumer | None = None
+) -> np.ndarray:
+    """Read n records (with `c`, a consumer of `topic` made beforehand); rows of (due, broker
+    timestamp, received at) in ms."""
+    c = c or consumer(bootstrap, topic)
     rows = np.zeros((n, 3), dtype=np.int64)
     got, deadline = 0, time.monotonic() + timeout_s
     while got < n and time.monotonic() < deadline:
-        for m in c.consume(5000, 0.05):
+        for m in consume_ready(c, 5000, 0.05):  # a batch consume would hold records 50 ms
             if m.error() is not None:
                 continue
             received = now_ms()
@@ -341,6 +349,30 @@ def sustained(
     )
 
 
+def trickle(bootstrap: str, admin: AdminClient, sidecar: Sidecar) -> str:
+    """Schedules due TRICKLE_DELAY_MS after they are produced, one at a time: the lateness of a
+    short delay when nothing else arrives to fill the leader's reads."""
+    target = create_target(admin, f"bench-trickle-{uuid.uuid4().hex[:6]}")
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    reader = consumer(bootstrap, target)  # reading while they come due, for the visible lateness
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read_deliveries, bootstrap, target, TRICKLE_N, 60, reader)
+        for i in range(TRICKLE_N):
+            due_ms = now_ms() + TRICKLE_DELAY_MS
+            [(key, headers)] = buffer_records(target, 1, iter([due_ms]), f"trickle-{i}-")
+            producer.produce(sidecar.buffer, VALUE, key, headers=headers)
+            producer.poll(0)
+            time.sleep(TRICKLE_EVERY_S)
+        assert producer.flush(30) == 0
+        rows = reading.result()
+    early = int((rows[:, 1] < rows[:, 0]).sum())
+    return (
+        f"{TRICKLE_N} schedules due {TRICKLE_DELAY_MS} ms after they were produced, one every "
+        f"{TRICKLE_EVERY_S * 1000:.0f} ms: {len(rows)} delivered, {early} early; lateness at the "
+        f"broker {lateness_row(rows, 1)}; read_committed-visible {lateness_row(rows, 2)}"
+    )
+
+
 def reads_text(before: float | None, after: float | None) -> str:
     """RocksDB reads of schedule state during a phase: new ids checked at ingest, and due
     schedules the leader did not hold in memory."""
@@ -371,6 +403,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         print("sustained:", results["dispatch"])
         results["mixed"] = sustained(bootstrap, admin, sidecar, args, ingest_rate=args.mixed_ingest)
         print("mixed:", results["mixed"])
+        results["trickle"] = trickle(bootstrap, admin, sidecar)
+        print("trickle:", results["trickle"])
 
         # Burst: N due in the same millisecond.
         target = create_target(admin, f"bench-burst-{uuid.uuid4().hex[:6]}")
@@ -471,6 +505,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     )
     print(f"sustained dispatch            {results['dispatch']}")
     print(f"mixed load                    {results['mixed']}")
+    print(f"short delays at a trickle     {results['trickle']}")
     print(f"burst                         {results['burst']}")
     print(f"broker writes\n{results['writes']}")
     for row in rss_rows:

@@ -40,6 +40,7 @@ from foundation.clock import now_ms
 from foundation.config import Settings
 from foundation.kafka_clients import (
     HELD_FETCH_MS,
+    consume_ready,
     release_producer,
     state_consumer,
     transactional_producer,
@@ -206,7 +207,7 @@ class DelayLeader:
         """Consume a chunk, noting each partition's first offset at once: a step that fails
         before it has handled all of it (a record refused as it is produced) rewinds the
         unhandled records too."""
-        chunk = self._consumer.consume(num_messages=INGEST_CHUNK, timeout=timeout_s)
+        chunk = consume_ready(self._consumer, INGEST_CHUNK, timeout_s)
         for message in chunk:
             if message.error() is None:
                 first.setdefault((message.topic(), message.partition()), message.offset())

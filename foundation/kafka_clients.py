@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from foundation.config import Settings
@@ -90,6 +90,19 @@ def state_consumer(client_config: dict[str, Any], group_id: str, **overrides: An
             **overrides,
         }
     )
+
+
+def consume_ready(consumer: Consumer, most: int, timeout_s: float) -> list[Message]:
+    """Up to `most` records, returned as soon as there is one. librdkafka's batch consume waits
+    out its whole timeout unless the batch fills (confluent-kafka-python #407): a single record
+    that came in waited up to the whole timeout (50 ms for a delay leader's read)."""
+    messages = consumer.consume(num_messages=most, timeout=0)
+    if messages or timeout_s <= 0:
+        return messages
+    messages = consumer.consume(num_messages=1, timeout=timeout_s)
+    if messages and most > 1:
+        messages += consumer.consume(num_messages=most - 1, timeout=0)
+    return messages
 
 
 def release_producer(producer: Producer) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
 
-from foundation.kafka_clients import state_consumer
+from foundation.kafka_clients import consume_ready, state_consumer
 from foundation.store import Batch, Store
 
 log = structlog.get_logger(__name__)
@@ -55,7 +55,7 @@ class StateFollower:
 
     def poll_once(self, timeout_s: float) -> int:
         """Apply what arrives within `timeout_s`; return how many records were applied."""
-        messages = self._consumer.consume(num_messages=2000, timeout=timeout_s)
+        messages = consume_ready(self._consumer, 2000, timeout_s)
         records = [m for m in messages if m.error() is None]
         batch = self._store.batch()
         by_topic: dict[str, list[Message]] = {}

@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from foundation.kafka_clients import state_consumer
+from foundation.kafka_clients import consume_ready, state_consumer
 from revive.source_record import SourceRecord
 
 GONE = frozenset(
@@ -45,7 +45,7 @@ class OffsetReader:
             deadline = time.monotonic() + self._timeout_s
             done = False
             while not done and time.monotonic() < deadline:
-                for message in self._consumer.consume(num_messages=1_000, timeout=0.1):
+                for message in consume_ready(self._consumer, 1_000, 0.1):
                     if message.error() is not None:
                         continue
                     if message.offset() in offsets:

@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from foundation.kafka_clients import state_consumer
+from foundation.kafka_clients import consume_ready, state_consumer
 from revive.pop_state import PopState
 from revive.records import InvalidStateRecord, StateRecord, unpack_batch
 
@@ -59,7 +59,7 @@ class PopStateReader:
     def read(self, timeout_s: float) -> list[Read]:
         """What arrives within `timeout_s`; foreign records are skipped, never fatal."""
         found = []
-        for message in self.consumer.consume(num_messages=5_000, timeout=timeout_s):
+        for message in consume_ready(self.consumer, 5_000, timeout_s):
             if message.error() is not None or not message.value():
                 continue
             try:
