@@ -2,9 +2,10 @@
 
 A schedule belongs to the shard of its id (`foundation.shards`), so a cancel or a second schedule
 with the same id meets it wherever it was produced. A valid record read from a buffer partition
-of another shard's id is re-keyed: copied as it is (with its id made explicit) to that shard's
-partition of the inbox topic, in the same transaction as the buffer offsets. The owning shard
-reads it there and alone decides: the first schedule of an id wins, a cancel always wins.
+of another shard's id is re-keyed: copied as it is to that shard's partition of the inbox topic,
+in the same transaction as the buffer offsets. The owning shard reads it there and alone
+decides: the first schedule of an id wins, a cancel always wins. A record without an id of its
+own gets one that belongs to the shard reading it, so it is never re-keyed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from confluent_kafka import Message
 
 from delay_service.headers import (
-    ID,
     TARGET,
     CancelRequest,
     InvalidRecord,
@@ -28,7 +28,7 @@ from delay_service.step import Step
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.delivery_log import Event
-from foundation.shards import ShardMap
+from foundation.shards import ShardMap, default_schedule_id
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache
 
@@ -59,8 +59,7 @@ class Ingest:
     def record(self, message: Message, step: Step) -> None:
         self._health.handling(message.topic(), message.partition(), message.offset())
         _, timestamp_ms = message.timestamp()
-        # Partition, offset and timestamp: unique even if the buffer topic is recreated.
-        default_id = f"b{message.partition()}-{message.offset()}-{timestamp_ms}"
+        default_id = default_schedule_id(message.partition(), message.offset(), timestamp_ms)
         try:
             request = parse(
                 message.headers(),
@@ -77,20 +76,18 @@ class Ingest:
             return
         owner = self._route.shards.of_key(request.schedule_id)
         if owner != self._route.shard:
-            self._forward(message, request.schedule_id, owner, step)
+            self._forward(message, owner, step)
         elif isinstance(request, CancelRequest):
             self._cancel(request.schedule_id, step)
         else:
             self._schedule(request, message, timestamp_ms, step)
 
-    def _forward(self, message: Message, schedule_id: str, owner: int, step: Step) -> None:
-        headers = list(message.headers() or [])
-        if not any(name == ID for name, _ in headers):  # a default id names a buffer place
-            headers.append((ID, schedule_id.encode()))
+    def _forward(self, message: Message, owner: int, step: Step) -> None:
         # Key, value, headers and timestamp stay the producer's: they reach the target as sent,
-        # and a `kpd-delay-ms` counts from the same buffer timestamp.
+        # and a `kpd-delay-ms` counts from the same buffer timestamp. Only a record with its own
+        # `kpd-id` comes here: a default id belongs to the shard reading it.
         step.txn.produce(
-            self._route.inbox, message.key(), message.value(), headers=headers,
+            self._route.inbox, message.key(), message.value(), headers=message.headers(),
             partition=owner, timestamp=message.timestamp()[1],
         )  # fmt: skip
         step.forwarded += 1

@@ -68,7 +68,11 @@ class StepWrites:
         # and most records cost no delivery report.
         noted = written if len(step.ordered) % POSITION_EVERY == 0 else None
         encoded = record.encode()
-        step.txn.produce(self.schedules_topic, record.schedule_id, encoded, on_delivery=noted)
+        partition = self.index.shards.produce_partition(record.schedule_id)
+        step.txn.produce(
+            self.schedules_topic, record.schedule_id, encoded, partition=partition,
+            on_delivery=noted,
+        )  # fmt: skip
         step.put(record, encoded)
 
     def log(self, step: Step, event: Event, record_id: str, target: str, **fields: Any) -> None:

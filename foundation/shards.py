@@ -5,9 +5,12 @@ is placed there: schedule ids and pop lanes (group, source topic, partition). An
 Kafka's own (Java) partitioner puts it, murmur2 of the id modulo the partition count, so a record
 anyone writes keyed by an id is in the partition its shard reads. A topic's lanes go round the
 partitions from a start hashed from (group, topic), so its load spreads evenly (kpd writes their
-records to that partition explicitly). A deployment made before shards existed (one election
-partition, any number of state partitions) is a valid one-shard deployment. New deployments
-create every state topic with one partition per shard, so there shard(key) is partition(key).
+records to that partition explicitly). The id kpd gives a buffer record that names none says
+which buffer partition it was read from, and belongs to the shard that reads that partition:
+such a record is never re-keyed through another shard's inbox. A deployment made before shards
+existed (one election partition, any number of state partitions) is a valid one-shard
+deployment. New deployments create every state topic with one partition per shard, so there
+shard(key) is partition(key).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 
+DEFAULT_ID_PREFIX = "kpd:"
+_MAX_PARTITION_DIGITS = 9  # a hostile id's digits never reach int() unbounded
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -51,6 +56,23 @@ def partition_of(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+def default_schedule_id(partition: int, offset: int, timestamp_ms: int) -> str:
+    """The id of a buffer record that names none: its place, unique even if the buffer topic is
+    recreated (the timestamp). The prefix is not the `b` of ids made before this placement, so
+    their cancels still meet them where their hash put them."""
+    return f"{DEFAULT_ID_PREFIX}{partition}-{offset}-{timestamp_ms}"
+
+
+def _buffer_partition(schedule_id: str) -> int | None:
+    """The buffer partition a default id names, None for any other id."""
+    if not schedule_id.startswith(DEFAULT_ID_PREFIX):
+        return None
+    head = schedule_id[len(DEFAULT_ID_PREFIX) :].partition("-")[0]
+    if head.isascii() and head.isdigit() and len(head) <= _MAX_PARTITION_DIGITS:
+        return int(head)
+    return None
+
+
 class ShardMap:
     """Which shard a key or a state-topic partition belongs to."""
 
@@ -70,8 +92,18 @@ class ShardMap:
         return [p for p in range(count) if p % self.shards == shard]
 
     def partition_of_key(self, key: str) -> int:
-        """The state-topic partition of `key` (where Kafka puts a record keyed by it)."""
+        """The state-topic partition of schedule id `key`: where Kafka puts a record keyed by it,
+        or for a default id, the first partition of the shard that reads its buffer partition."""
+        buffer_partition = _buffer_partition(key)
+        if buffer_partition is not None:
+            return self.of_partition(buffer_partition)
         return _cached_partition(key, self.state_partitions)
+
+    def produce_partition(self, key: str) -> int:
+        """The partition to write schedule id `key`'s state to: -1 (the producer's own murmur2
+        partitioner, the same partition computed in C) unless kpd places the id itself."""
+        buffer_partition = _buffer_partition(key)
+        return -1 if buffer_partition is None else self.of_partition(buffer_partition)
 
     def of_key(self, key: str) -> int:
         return self.of_partition(self.partition_of_key(key))

@@ -157,7 +157,7 @@ def test_due_order_never_early_exactly_once_and_payload_unchanged(
         assert [name for name, _ in headers[len(user) :]] == ["kpd-id", "kpd-deliver-at"]
         assert header_dict(message)["kpd-deliver-at"] == str(due).encode()
         if sid is None:
-            assert re.fullmatch(r"b\d+-\d+-\d+", kpd_id(message)), kpd_id(message)
+            assert re.fullmatch(r"kpd:\d+-\d+-\d+", kpd_id(message)), kpd_id(message)
         else:
             assert kpd_id(message) == sid
     assert seen == set(range(300))

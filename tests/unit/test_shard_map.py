@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from foundation.shards import ShardMap, lane_key, murmur2, partition_of
+from foundation.shards import ShardMap, default_schedule_id, lane_key, murmur2, partition_of
 
 # Apache Kafka's UtilsTest.testMurmur2 vectors, as Java's signed ints.
 JAVA_VECTORS = {
@@ -68,3 +68,38 @@ def test_one_shard_keeps_the_per_lane_placement_of_deployments_before_shards() -
 def test_fewer_partitions_than_shards_is_refused() -> None:
     with pytest.raises(ValueError, match="at least as many partitions"):
         ShardMap(4, 2)
+
+
+@pytest.mark.parametrize(("shards", "state_partitions"), [(1, 1), (1, 6), (2, 2), (8, 8), (4, 12)])
+def test_a_default_id_belongs_to_the_shard_reading_its_buffer_partition(
+    shards: int, state_partitions: int
+) -> None:
+    shard_map = ShardMap(shards, state_partitions)
+    for buffer_partition in range(3 * shards):
+        schedule_id = default_schedule_id(buffer_partition, 12_345, 1_764_070_000_000)
+        assert shard_map.of_key(schedule_id) == buffer_partition % shards
+        # Its state goes to a partition of that shard, written there explicitly.
+        partition = shard_map.partition_of_key(schedule_id)
+        assert partition in shard_map.partitions(buffer_partition % shards)
+        assert shard_map.produce_partition(schedule_id) == partition
+
+
+@pytest.mark.parametrize(
+    "schedule_id",
+    [
+        "b3-1234567-1764070000000",  # a default id made before the placement: hashed, as then
+        "order-17",
+        "kpd:",
+        "kpd:-1-2",
+        "kpd:x3-1-2",
+        "kpd:" + "9" * 10 + "-1-2",  # more digits than any partition has
+        "kpd:\u0663-1-2",  # a non-ASCII digit
+        "KPD:3-1-2",
+    ],
+)
+def test_any_other_id_lands_where_kafkas_partitioner_puts_it(schedule_id: str) -> None:
+    shard_map = ShardMap(8, 8)
+    expected = partition_of(schedule_id.encode(), 8)
+    assert shard_map.partition_of_key(schedule_id) == expected
+    assert shard_map.of_key(schedule_id) == expected
+    assert shard_map.produce_partition(schedule_id) == -1  # the producer's murmur2 places it
