@@ -199,9 +199,10 @@ def raw_loop(bootstrap: str, admin: AdminClient, n: int, transactional: bool) ->
 
 
 class Sidecar(SidecarProcess):
-    def __init__(self, bootstrap: str, home: Path) -> None:
+    def __init__(self, bootstrap: str, home: Path, shards: int = 2) -> None:
+        namespace = f"bench-{uuid.uuid4().hex[:6]}"
         env = isolated_env(
-            bootstrap, "bench", home / "data", f"bench-{uuid.uuid4().hex[:6]}", log_level="WARNING"
+            bootstrap, "bench", home / "data", namespace, log_level="WARNING", shards=str(shards)
         )
         super().__init__(env, home / "sidecar.log")
         self.buffer = env["KPD_BUFFER_TOPIC"]
@@ -391,7 +392,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     raw_txn = raw_loop(bootstrap, admin, args.raw_n, transactional=True)
     print(f"raw consume->produce: {raw_plain:,.0f}/s plain, {raw_txn:,.0f}/s transactional")
 
-    sidecar = Sidecar(bootstrap, home)
+    sidecar = Sidecar(bootstrap, home, args.shards)
     try:
         sidecar.start()
         warm = create_topic(admin, f"bench-warm-{uuid.uuid4().hex[:6]}")
@@ -534,6 +535,9 @@ def main() -> int:
         help="cumulative far-future backlog sizes at which RSS is measured",
     )
     parser.add_argument("--max-ingest-s", type=float, default=600)
+    parser.add_argument(
+        "--shards", type=int, default=2, help="the sidecar's KPD_SHARDS (kpd's default is 8)"
+    )
     args = parser.parse_args()
     with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
         run(bootstrap, args)

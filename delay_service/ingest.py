@@ -84,8 +84,8 @@ class Ingest:
 
     def _forward(self, message: Message, owner: int, step: Step) -> None:
         # Key, value, headers and timestamp stay the producer's: they reach the target as sent,
-        # and a `kpd-delay-ms` counts from the same buffer timestamp. Only a record with its own
-        # `kpd-id` comes here: a default id belongs to the shard reading it.
+        # and a `kpd-delay-ms` counts from the same buffer timestamp. Only a record that names its
+        # id (`kpd-id`, `kpd-cancel`) comes here: a default id belongs to the shard reading it.
         step.txn.produce(
             self._route.inbox, message.key(), message.value(), headers=message.headers(),
             partition=owner, timestamp=message.timestamp()[1],
