@@ -94,10 +94,8 @@ class ShardMap:
     def partition_of_key(self, key: str) -> int:
         """The state-topic partition of schedule id `key`: where Kafka puts a record keyed by it,
         or for a default id, the first partition of the shard that reads its buffer partition."""
-        buffer_partition = _buffer_partition(key)
-        if buffer_partition is not None:
-            return self.of_partition(buffer_partition)
-        return _cached_partition(key, self.state_partitions)
+        placed = self.produce_partition(key)
+        return placed if placed >= 0 else _cached_partition(key, self.state_partitions)
 
     def produce_partition(self, key: str) -> int:
         """The partition to write schedule id `key`'s state to: -1 (the producer's own murmur2
