@@ -7,6 +7,9 @@ A supervised thread runs `step()` in a loop. Each step is at most one Kafka tran
   * their delivery-log events, and the buffer offsets consumed.
 So "publish + mark delivered + commit input offsets" is one atomic step (DESIGN principle 2), and
 a crash at any point leaves either all of a step or none of it for read_committed readers.
+What comes due is sent first, and again after each chunk of ingest. The leaders of a worker's
+shards ingest one at a time (`delay_service.ingest_turns`): a shard waiting for its turn holds
+what it has read, and dispatches and commits meanwhile.
 
 One record fails only itself (principle 6): a record the broker refuses (a target too small for
 it, one that may not be written or was deleted) aborts the step, which is redone at once without
@@ -24,13 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 
 from delay_service import metrics
+from delay_service.buffer_reader import BufferReader, First
 from delay_service.dispatch import Dispatch
 from delay_service.headers import Limits
 from delay_service.ingest import Ingest, Route
+from delay_service.ingest_turns import IngestTurns
 from delay_service.schedules import ScheduleIndex, State
 from delay_service.step import Step
 from delay_service.timing_wheel import TimingWheelTimer
@@ -38,13 +43,7 @@ from delay_service.window_payloads import WindowPayloads
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.config import Settings
-from foundation.kafka_clients import (
-    HELD_FETCH_MS,
-    consume_ready,
-    release_producer,
-    state_consumer,
-    transactional_producer,
-)
+from foundation.kafka_clients import release_producer, transactional_producer
 from foundation.state_follower import StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth
@@ -55,12 +54,6 @@ log = structlog.get_logger(__name__)
 
 BATCH = 2000  # deliveries per transaction: big enough to amortise the commit
 INGEST_BATCH = 1000  # buffer records per step: bounds how long due deliveries wait behind ingest
-# Records read at a time. confluent-kafka makes some 8 GC-tracked objects per buffer record (the
-# message, its header list and tuples) that live as long as the message. A step holding all its
-# records triggered a young collection every 90 or so: 4.6% of bench/delay.py's mixed phase with
-# the default thresholds (BENCHMARKS.md, 2026-11-25 15:50). Read in chunks and dropped once
-# handled, the records in flight stay below the collector's young threshold (700 objects).
-INGEST_CHUNK = 64
 WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
 # The window slides in small steps: loading half a window at once (tens of thousands of entries
 # at a high due rate) stalled dispatch for that long and showed in the p99 lateness.
@@ -84,6 +77,7 @@ class DelayDeps:
     producer_config: dict[str, Any]
     kpd_topics: frozenset[str]  # delivering into kpd's own topics would corrupt them
     clock_margin_ms: Callable[[], int]  # how far this clock may run ahead of the broker's
+    ingest_turns: IngestTurns
 
 
 class DelayLeader:
@@ -105,15 +99,13 @@ class DelayLeader:
         self._producer_config = deps.producer_config
         self._transactional_id = settings.state_topic(f"delay-leader-{shard}")
         self._producer = transactional_producer(self._producer_config, self._transactional_id)
-        self._consumer = state_consumer(
-            deps.client_config,
-            settings.state_topic("delay"),
-            **{"fetch.wait.max.ms": HELD_FETCH_MS},
-        )
+        self._reader = BufferReader(
+            deps.client_config, settings.state_topic("delay"), shard, deps.ingest_turns,
+            self._timeout_s,
+        )  # fmt: skip
         # Known targets are checked again each second: one deleted meanwhile is caught before
         # its write could fail the transaction.
         topics = TopicCache(self._admin, self._timeout_s, recheck_known_s=1.0)
-        self._assignment: list[TopicPartition] = []
         self._wheel = TimingWheelTimer(now_ms())
         self._loaded_until = 0
         # Verdicts of aborted steps, by record tag: the redo settles those records instead. The
@@ -145,20 +137,7 @@ class DelayLeader:
             follower.catch_up(timeout_s=120, beat=self._health.beat)
         finally:
             follower.close()
-        metadata = self._consumer.list_topics(timeout=self._timeout_s).topics
-        partitions = [
-            TopicPartition(topic, p)
-            for topic in (self._buffer, self._inbox)
-            for p in shards.partitions(self.shard, len(metadata[topic].partitions))
-        ]
-        committed = self._consumer.committed(partitions, timeout=self._timeout_s)
-        self._assignment = [
-            TopicPartition(
-                tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-            )
-            for tp in committed
-        ]
-        self._consumer.assign(self._assignment)
+        self._reader.assign((self._buffer, self._inbox), shards)
         self._refill(now_ms())
         pending = self._index.count_pending(self.shard)
         metrics.PENDING.labels(str(self.shard)).set(pending)
@@ -168,27 +147,27 @@ class DelayLeader:
         )
 
     def close(self) -> None:
-        self._consumer.close()
+        self._reader.close()
         release_producer(self._producer)
         # Another node reports them now.
         for gauge in (metrics.PENDING, metrics.DUE_BACKLOG, metrics.WINDOW_HELD):
             gauge.labels(str(self.shard)).set(0)
 
     def step(self) -> None:
-        first: dict[tuple[str, int], int] = {}  # offset of the step's first record per partition
-        chunk = self._read(self._wait_s(), first)
+        chunk, first = self._reader.next_chunk(self._wait_s())
         self._refill(now_ms())
         tracked = time.monotonic() < self._tracked_until
         step = Step(self._producer, self._timeout_s, tracked=tracked)
         try:
             self._dispatch_due(step)  # what is due goes first: ingest must not make it late
-            self._ingest_all(chunk, first, step)
+            if chunk:
+                try:
+                    self._ingest_all(chunk, first, step)
+                finally:
+                    self._reader.turn_done()
             self._dispatch_due(step)  # past-due schedules that just arrived
             if first:
-                step.txn.send_offsets(
-                    self._consumer.position(self._assignment),
-                    self._consumer.consumer_group_metadata(),
-                )
+                step.txn.send_offsets(*self._reader.offsets())
             step.txn.commit()
         except RecordsRefused as refusal:
             self._redo_without(refusal, first, step)
@@ -203,19 +182,7 @@ class DelayLeader:
         if step.txn_used:
             self._applied(step)
 
-    def _read(self, timeout_s: float, first: dict[tuple[str, int], int]) -> list[Message]:
-        """Consume a chunk, noting each partition's first offset at once: a step that fails
-        before it has handled all of it (a record refused as it is produced) rewinds the
-        unhandled records too."""
-        chunk = consume_ready(self._consumer, INGEST_CHUNK, timeout_s)
-        for message in chunk:
-            if message.error() is None:
-                first.setdefault((message.topic(), message.partition()), message.offset())
-        return chunk
-
-    def _ingest_all(
-        self, chunk: list[Message], first: dict[tuple[str, int], int], step: Step
-    ) -> None:
+    def _ingest_all(self, chunk: list[Message], first: First, step: Step) -> None:
         """Ingest up to INGEST_BATCH records, read INGEST_CHUNK at a time, each dropped as soon
         as it is handled."""
         ingested = 0
@@ -226,7 +193,8 @@ class DelayLeader:
                 message = chunk.pop()  # the previous one (and its header objects) is freed here
                 if message.error() is None:
                     self._ingest.record(message, step)
-            chunk = self._read(0, first) if ingested < INGEST_BATCH else []
+            self._dispatch_due(step)  # sent now, at the broker before the step's commit
+            chunk = self._reader.more(first) if ingested < INGEST_BATCH else []
 
     def _dispatch_due(self, step: Step) -> None:
         # Due by the broker's clock too: a clock running ahead waits the difference out.
@@ -252,9 +220,7 @@ class DelayLeader:
         metrics.DUE_BACKLOG.labels(str(self.shard)).set(self._wheel.due_backlog())
         metrics.WINDOW_HELD.labels(str(self.shard)).set(self._window.bytes)
 
-    def _redo_without(
-        self, refusal: RecordsRefused, first: dict[tuple[str, int], int], step: Step
-    ) -> None:
+    def _redo_without(self, refusal: RecordsRefused, first: First, step: Step) -> None:
         """The broker refused some records: rewind the step; the next one settles them."""
         blamed, smaller = refusal.judge(
             lambda topic: message_limit_of(self._admin, topic, self._timeout_s),
@@ -268,14 +234,13 @@ class DelayLeader:
             self._producer_config = {**self._producer_config, "batch.size": smaller}
         self._rewind(first, step)
 
-    def _rewind(self, first: dict[tuple[str, int], int], step: Step) -> None:
+    def _rewind(self, first: First, step: Step) -> None:
         """Undo an aborted step: its records are consumed and its due schedules taken again."""
         # The refused batch used up sequence numbers the broker never accepted: only a new
         # producer epoch lets the next transaction write that partition again.
         self._producer = transactional_producer(self._producer_config, self._transactional_id)
         self._producer.init_transactions(self._timeout_s)
-        for (topic, partition), offset in first.items():
-            self._consumer.seek(TopicPartition(topic, partition, offset))
+        self._reader.rewind(first)
         for due_ms, schedule_id in step.taken:
             self._wheel.add(schedule_id, due_ms)
 

@@ -30,6 +30,11 @@ INDEX_READS = Counter(
 SCHEDULED = Counter("kpd_schedules_scheduled_total", "Schedules accepted from the buffer topic")
 DELIVERED = Counter("kpd_schedules_delivered_total", "Schedules delivered to their target")
 CANCELLED = Counter("kpd_schedules_cancelled_total", "Schedules cancelled before delivery")
+INGEST_WAITS = Counter(
+    "kpd_delay_ingest_waits_total",
+    "Steps in which a shard's delay leader held buffer records it had read because another "
+    "shard of this worker had the ingest turn (delay_service.ingest_turns)",
+)
 INVALID = Counter("kpd_buffer_invalid_total", "Buffer records sent to the invalid topic")
 LATENESS = Histogram(
     "kpd_delivery_lateness_seconds",

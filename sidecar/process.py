@@ -19,6 +19,7 @@ import httpx
 import structlog
 
 from api.availability import Availability
+from delay_service.ingest_turns import IngestTurns
 from delay_service.leader import DelayDeps, DelayLeader
 from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
 from delay_service.schedules import ScheduleIndex
@@ -94,6 +95,7 @@ class Sidecar:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._conduct, name="conductor", daemon=True)
         self._refused: dict[int, dict[Hashable, str]] = {}  # per shard (see DelayLeader)
+        self._ingest_turns = IngestTurns()  # one of this worker's delay leaders ingests at a time
 
     # -- the Node the API sees -------------------------------------------------------------
 
@@ -255,7 +257,7 @@ class Sidecar:
         assert clock is not None  # roles start once the clock is measured
         deps = DelayDeps(
             self.settings, self.store, self.schedules, self.client_config, self.producer_config,
-            frozenset(kpd_topic_names(self.settings)), lambda: clock.margin_ms,
+            frozenset(kpd_topic_names(self.settings)), lambda: clock.margin_ms, self._ingest_turns,
         )  # fmt: skip
         return DelayLeader(deps, shard, health, self._refused.setdefault(shard, {}))
 

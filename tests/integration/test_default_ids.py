@@ -4,7 +4,6 @@ id, produced to any buffer partition, still meets it."""
 
 from __future__ import annotations
 
-from confluent_kafka import Message
 from kafka_helpers import (
     TopicReader,
     assert_never_early,
@@ -13,26 +12,11 @@ from kafka_helpers import (
     header_dict,
     make_producer,
     now_ms,
+    produce_to_partition,
     wait_delivering,
 )
 
 PER_PARTITION = 40
-
-
-def _produce_to(producer, topic: str, partition: int, records: list) -> list[str]:
-    """Produce (key, value, headers) records to one partition; the default ids kpd gives them."""
-    placed: list[Message] = []
-    errors: list[str] = []
-
-    def on_delivery(error, message: Message) -> None:
-        (errors if error is not None else placed).append(error or message)
-
-    for key, value, headers in records:
-        producer.produce(topic, value, key, partition=partition, headers=headers,
-                         on_delivery=on_delivery)  # fmt: skip
-    producer.flush(30)
-    assert not errors and len(placed) == len(records), errors
-    return [f"kpd:{m.partition()}-{m.offset()}-{m.timestamp()[1]}" for m in placed]
 
 
 def test_default_ids_stay_in_the_reading_shard_and_any_partition_cancels_them(
@@ -55,12 +39,12 @@ def test_default_ids_stay_in_the_reading_shard_and_any_partition_cancels_them(
             buffer_record(target, value=f"{p}-{i}".encode(), deliver_at=due)
             for i in range(PER_PARTITION)
         ]
-        ids[p] = _produce_to(producer, buffer, p, records)
+        ids[p] = produce_to_partition(producer, buffer, p, records)
     # Each partition's first record is cancelled from the next partition: another shard's.
     cancelled = {ids[p][0] for p in range(partitions)}
     for p in range(partitions):
         cancel = [(None, None, [("kpd-cancel", ids[p][0].encode())])]
-        _produce_to(producer, buffer, (p + 1) % partitions, cancel)
+        produce_to_partition(producer, buffer, (p + 1) % partitions, cancel)
     expected = sorted({i for p in ids for i in ids[p]} - cancelled)
 
     with TopicReader(kafka_bootstrap, target) as reader:

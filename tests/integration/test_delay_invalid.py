@@ -17,7 +17,7 @@ from kafka_helpers import (
     wait_for,
 )
 
-from delay_service.leader import INGEST_CHUNK
+from delay_service.buffer_reader import INGEST_CHUNK
 
 MAX_DELAY_MS = 60_000
 
