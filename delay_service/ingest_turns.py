@@ -29,7 +29,7 @@ class IngestTurns:
         with self._changed:
             if self._holder == shard:
                 return True
-            if self._holder is None and (not self._queue or self._queue[0] == shard):
+            if self._could_take(shard):
                 self._holder = shard
                 if self._queue:
                     self._queue.popleft()
