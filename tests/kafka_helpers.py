@@ -69,21 +69,28 @@ def produce_all(
     topic: str,
     records: Iterable[tuple[bytes | None, bytes | None, Headers]],
     timestamp_ms: int | None = None,
-) -> None:
-    """Produce (key, value, headers) records in order and wait until all are acknowledged."""
+    partition: int | None = None,
+) -> list[Message]:
+    """Produce (key, value, headers) records in order and wait until all are acknowledged; the
+    records as the broker placed them, in the order acknowledged."""
     errors: list[str] = []
+    placed: list[Message] = []
 
-    def on_delivery(error: Any, _: Message) -> None:
+    def on_delivery(error: Any, message: Message) -> None:
         if error is not None:
             errors.append(str(error))
+        else:
+            placed.append(message)
 
+    kwargs: dict[str, Any] = {"on_delivery": on_delivery}
+    if timestamp_ms is not None:
+        kwargs["timestamp"] = timestamp_ms
+    if partition is not None:
+        kwargs["partition"] = partition
     for key, value, headers in records:
-        kwargs: dict[str, Any] = {"headers": headers, "on_delivery": on_delivery}
-        if timestamp_ms is not None:
-            kwargs["timestamp"] = timestamp_ms
         while True:
             try:
-                producer.produce(topic, value=value, key=key, **kwargs)
+                producer.produce(topic, value=value, key=key, headers=headers, **kwargs)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -91,6 +98,7 @@ def produce_all(
     remaining = producer.flush(30)
     assert remaining == 0, f"{remaining} records not acknowledged"
     assert not errors, errors
+    return placed
 
 
 def produce_to_partition(
@@ -101,22 +109,8 @@ def produce_to_partition(
 ) -> list[str]:
     """Produce (key, value, headers) records to one partition, in order; the default ids kpd
     gives records without a `kpd-id` (they name the record's place)."""
-    placed: list[Message] = []
-    errors: list[str] = []
-
-    def on_delivery(error: Any, message: Message) -> None:
-        (errors if error is not None else placed).append(error or message)
-
-    for key, value, headers in records:
-        while True:
-            try:
-                producer.produce(topic, value, key, partition=partition, headers=headers,
-                                 on_delivery=on_delivery)  # fmt: skip
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(30)
-    assert not errors and len(placed) == len(records), errors
+    placed = produce_all(producer, topic, records, partition=partition)
+    assert len(placed) == len(records)
     return [f"kpd:{m.partition()}-{m.offset()}-{m.timestamp()[1]}" for m in placed]
 
 
