@@ -12,17 +12,19 @@ import base64
 import binascii
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, Field, model_validator
 from ulid import ULID
 
 from api.deps import get_node
+from api.forwarding import is_forwarded, segment, send
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
 from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.request_body import RequestBody
-from api.schedules import ID_PATTERN, buffer_partition, wait_for_schedule
+from api.schedules import ID_PATTERN, buffer_partition, owner_of, wait_for_schedule
+from delay_service import metrics
 from delay_service.headers import CONTROL_HEADERS, DELIVER_AT, ID, TARGET
 from foundation.clock import now_ms
 from foundation.config import TOPIC_PATTERN
@@ -84,6 +86,9 @@ class MessageIn(RequestBody):
         return record_bytes(_key(self), self.payload(), self.header_list())
 
 
+Message = tuple[MessageIn, int | None, str | None]  # with its due time and id when scheduled
+
+
 class ProduceRequest(RequestBody):
     messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
 
@@ -108,6 +113,7 @@ class ProduceResponse(BaseModel):
 async def produce(
     body: ProduceRequest,
     topic: Annotated[str, Path(pattern=TOPIC_PATTERN)],
+    request: Request,
     node: Annotated[Node, Depends(get_node)],
 ) -> ProduceResponse:
     settings = node.settings
@@ -142,10 +148,29 @@ async def produce(
             status="error", code="unknown_topic", detail=f"topic {topic!r} does not exist"
         )
         return ProduceResponse(results=[error] * len(body.messages))
-    results = await asyncio.gather(
-        *(_send(node, topic, m, due) for m, due in zip(body.messages, due_times, strict=True))
+    messages = [
+        (m, due, None if due is None else m.id or str(ULID()))
+        for m, due in zip(body.messages, due_times, strict=True)
+    ]
+    # A schedule whose shard this worker's index does not follow is sent on to its shard's owner,
+    # whose index shows it once ingested (read-your-writes): one call per owner.
+    elsewhere = {} if is_forwarded(request) else _by_owner(node, messages)
+    forwarded = {index for placed in elsewhere.values() for index in placed}
+    results: list[ProduceResult] = [ProduceResult(status="error")] * len(messages)
+
+    async def here(index: int) -> None:
+        results[index] = await _send(node, topic, *messages[index])
+
+    async def there(owner: str, placed: list[int]) -> None:
+        answers = await _send_to(node, topic, owner, [messages[i] for i in placed])
+        for index, answer in zip(placed, answers, strict=True):
+            results[index] = answer
+
+    await asyncio.gather(
+        *(here(index) for index in range(len(messages)) if index not in forwarded),
+        *(there(owner, placed) for owner, placed in elsewhere.items()),
     )
-    return ProduceResponse(results=list(results))
+    return ProduceResponse(results=results)
 
 
 def _due_ms(index: int, message: MessageIn, now: int, max_delay_ms: int) -> int | None:
@@ -172,7 +197,48 @@ def _due_ms(index: int, message: MessageIn, now: int, max_delay_ms: int) -> int 
     return now + delay if message.delay_ms is not None else message.deliver_at_ms
 
 
-async def _send(node: Node, topic: str, message: MessageIn, due: int | None) -> Any:
+def _by_owner(node: Node, messages: list[Message]) -> dict[str, list[int]]:
+    """The schedules to send on, by the owner of their shard. With no owner known (a shard
+    moving) a schedule is written here: ingest applies it once a leader runs."""
+    elsewhere: dict[str, list[int]] = {}
+    for index, (_, _, schedule_id) in enumerate(messages):
+        if schedule_id is None:
+            continue
+        try:
+            owner = owner_of(node, schedule_id)
+        except Problem:
+            owner = None
+        if owner is not None:
+            elsewhere.setdefault(owner, []).append(index)
+    return elsewhere
+
+
+async def _send_to(
+    node: Node, topic: str, owner: str, messages: list[Message]
+) -> list[ProduceResult]:
+    """Schedule `messages` through the sidecar at `owner`; its results, in their order."""
+    metrics.FORWARDED.labels("schedule").inc()
+    body = {
+        "messages": [
+            {**m.model_dump(exclude_none=True, exclude={"delay_ms"}), "deliver_at_ms": due, "id": i}
+            for m, due, i in messages
+        ]
+    }
+    try:
+        answer = await send(node, "POST", owner, f"/v1/topics/{segment(topic)}/messages", body)
+        if answer.status_code == 200:
+            return [ProduceResult.model_validate(r) for r in answer.json()["results"]]
+        problem = answer.json() if answer.content else {}
+        code, detail = str(problem.get("code", "produce_failed")), str(problem.get("detail"))
+    except Problem as error:
+        code, detail = error.code, error.detail
+    failed = ProduceResult(status="error", code=code, detail=f"sidecar at {owner}: {detail}"[:500])
+    return [failed] * len(messages)
+
+
+async def _send(
+    node: Node, topic: str, message: MessageIn, due: int | None, schedule_id: str | None
+) -> Any:
     producer = node.api_producer
     try:
         if due is None:
@@ -182,7 +248,7 @@ async def _send(node: Node, topic: str, message: MessageIn, due: int | None) -> 
             return ProduceResult(
                 status="enqueued", partition=sent.partition(), offset=sent.offset()
             )
-        schedule_id = message.id or str(ULID())
+        assert schedule_id is not None  # given with every due time
         existing = node.schedules.get(schedule_id)
         if existing is not None:  # idempotent: the first schedule with this id stands
             return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=existing.due_ms)

@@ -36,6 +36,10 @@ class Node(Protocol):
     def pop_service(self, shard: int) -> PopService | None:
         """The started pop service of `shard` if this worker leads it."""
 
+    def indexed(self, shard: int) -> bool:
+        """Does this worker's schedule index follow `shard` now (led here, or followed by its
+        standby and caught up)?"""
+
     def owners(self) -> dict[int, str]:
         """The address of each shard's leader, as last seen (refreshed in the background)."""
 

@@ -15,6 +15,7 @@ import orjson
 from fastapi import APIRouter, Depends, Path, Request, Response
 
 from api.deps import get_node
+from api.forwarding import is_forwarded
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
 from api.pop_bodies import (
@@ -27,7 +28,7 @@ from api.pop_bodies import (
     RejectBody,
     SettleAnswer,
 )
-from api.pop_router import FORWARDED, WATCH, PopRouter
+from api.pop_router import WATCH, PopRouter
 from api.problems import Problem
 from api.refused_topics import refused_topic
 from foundation.config import NAME_PATTERN, TOPIC_PATTERN
@@ -65,7 +66,7 @@ async def pop(
     started = time.perf_counter()
     try:
         messages = await router_.pop(
-            group, topic, body.max_messages, invisible_ms, body.wait_ms, _forwarded(request)
+            group, topic, body.max_messages, invisible_ms, body.wait_ms, is_forwarded(request)
         )
     finally:
         REQUEST_SECONDS.labels("pop").observe(time.perf_counter() - started)
@@ -75,7 +76,7 @@ async def pop(
 async def _settle(kind: str, group: str, items: list[tuple[str, Any]], request: Request) -> Any:
     started = time.perf_counter()
     try:
-        results = await _router(request).settle(kind, group, items, _forwarded(request))
+        results = await _router(request).settle(kind, group, items, is_forwarded(request))
     finally:
         REQUEST_SECONDS.labels(kind).observe(time.perf_counter() - started)
     return _json({"results": results})
@@ -106,7 +107,7 @@ async def reject(group: GroupName, body: RejectBody, request: Request) -> Any:
 async def group_stats(
     group: GroupName, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> Any:
-    stats = await _router(request).stats(group, _forwarded(request))
+    stats = await _router(request).stats(group, is_forwarded(request))
     return {
         "group": group,
         "config": node.settings.group(group).model_dump(),
@@ -130,8 +131,3 @@ def _json(payload: dict[str, Any]) -> Response:
 def _router(request: Request) -> PopRouter:
     router_: PopRouter = request.app.state.pop_router
     return router_
-
-
-def _forwarded(request: Request) -> bool:
-    """A peer forwarded this call: answer from local shards only."""
-    return FORWARDED in request.headers

@@ -21,8 +21,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-import httpx
-
+from api.forwarding import send
 from api.node import Node
 from api.problems import Problem, leadership_moving
 from revive import metrics
@@ -31,7 +30,6 @@ from revive.receipt import InvalidReceipt, Receipt
 from revive.requests import PopRequest, SettleRequest
 from revive.service import PopService
 
-FORWARDED = "x-kpd-forwarded"
 WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
 ANSWER_TIMEOUT_S = 30.0
 Source = PopService | str  # a local shard's service, or a remote owner's URL
@@ -215,20 +213,9 @@ class PopRouter:
     async def _forward(self, call: str, url: str, path: str, body: dict[str, Any] | None) -> Any:
         """Send a call to the sidecar (or worker) at `url`; `call` names it for the metric, and
         "watch" makes a pop that only waits for records."""
-        node = self._node
-        headers = {FORWARDED: node.settings.node_id}
-        if call == "watch":
-            headers[WATCH] = "1"
         metrics.FORWARDED.labels(call).inc()
-        if node.settings.api_token is not None:
-            headers["authorization"] = f"Bearer {node.settings.api_token.get_secret_value()}"
-        method = "GET" if body is None else "POST"
-        try:
-            answer = await node.http.request(
-                method, f"{url}{path}", json=body, headers=headers, timeout=60
-            )
-        except httpx.HTTPError as error:
-            raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
+        headers = {WATCH: "1"} if call == "watch" else None
+        answer = await send(self._node, "GET" if body is None else "POST", url, path, body, headers)
         if answer.status_code != 200:
             problem = answer.json() if answer.content else {}
             raise Problem(

@@ -1,9 +1,11 @@
 """`GET` and `DELETE /v1/schedules/{id}`: read a schedule, cancel it.
 
-Reads come from this node's RocksDB index (a follower's lags the leader by milliseconds). A cancel
-is a `kpd-cancel` record on the buffer topic, like a Kafka-native cancel; the call then waits
-until the index shows the outcome, because only the leader can tell whether the cancel beat the
-delivery.
+Reads come from a RocksDB index that follows the schedule's shard (a follower's lags the leader by
+milliseconds). A worker's index follows only the shards it leads and those it would take over
+next, so a call for another shard's schedule is forwarded to that shard's owner (`owner_of`). A
+cancel is a `kpd-cancel` record on the buffer topic, like a Kafka-native cancel; the call then
+waits until the index shows the outcome, because only the leader can tell whether the cancel beat
+the delivery.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel
 
 from api.deps import get_node
+from api.forwarding import is_forwarded, relayed, segment, send
 from api.node import Node
 from api.openapi import GUARDED, problems
 from api.problems import Problem, leadership_moving
+from delay_service import metrics
 from delay_service.headers import CANCEL
 from delay_service.schedules import Schedule, State
 
@@ -39,6 +43,19 @@ class ScheduleOut(BaseModel):
     deliver_at_ms: int
 
 
+def owner_of(node: Node, schedule_id: str) -> str | None:
+    """Where to ask about `schedule_id`: None when this worker's index follows its shard, else
+    the address of the shard's owner. Answering from an index that stopped following the shard
+    could answer with a stale state, so with no owner known the call is refused for a moment."""
+    shard = node.shard_map.of_key(schedule_id)
+    if node.indexed(shard):
+        return None
+    owner = node.owners().get(shard)
+    if owner is None or owner == node.url:
+        raise leadership_moving("no_leader", f"no sidecar follows the shard of {schedule_id!r} now")
+    return owner
+
+
 def _found(node: Node, schedule_id: str) -> Schedule:
     schedule = node.schedules.get(schedule_id)
     if schedule is None:
@@ -46,8 +63,18 @@ def _found(node: Node, schedule_id: str) -> Schedule:
     return schedule
 
 
-@router.get("/{schedule_id}", response_model=ScheduleOut)
-def get_schedule(schedule_id: ScheduleId, node: Annotated[Node, Depends(get_node)]) -> ScheduleOut:
+async def _relay(node: Node, call: str, method: str, owner: str, schedule_id: str) -> Response:
+    metrics.FORWARDED.labels(call).inc()
+    return relayed(await send(node, method, owner, f"/v1/schedules/{segment(schedule_id)}"))
+
+
+@router.get("/{schedule_id}", response_model=ScheduleOut, responses=problems(503))
+async def get_schedule(
+    schedule_id: ScheduleId, request: Request, node: Annotated[Node, Depends(get_node)]
+) -> ScheduleOut | Response:
+    owner = None if is_forwarded(request) else owner_of(node, schedule_id)
+    if owner is not None:
+        return await _relay(node, "get", "GET", owner, schedule_id)
     s = _found(node, schedule_id)
     return ScheduleOut(id=schedule_id, state=s.state.value, target=s.target, deliver_at_ms=s.due_ms)
 
@@ -56,8 +83,11 @@ def get_schedule(schedule_id: ScheduleId, node: Annotated[Node, Depends(get_node
     "/{schedule_id}", status_code=204, response_class=Response, responses=problems(409, 503)
 )
 async def cancel_schedule(
-    schedule_id: ScheduleId, node: Annotated[Node, Depends(get_node)]
+    schedule_id: ScheduleId, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> Response:
+    owner = None if is_forwarded(request) else owner_of(node, schedule_id)
+    if owner is not None:
+        return await _relay(node, "cancel", "DELETE", owner, schedule_id)
     schedule = _found(node, schedule_id)
     if schedule.state is State.SCHEDULED:
         await node.api_producer.produce(

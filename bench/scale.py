@@ -159,9 +159,13 @@ def schedules(target: str, prefix: str, n: int, due_ms: int) -> Iterator[tuple[b
         yield sid, [*control, ("kpd-id", sid)]
 
 
-def one_run(bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path) -> dict:
+def one_run(
+    bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path, **settings: str
+) -> dict:
     namespace = f"bench-scale-{uuid.uuid4().hex[:6]}"
-    sidecar = Sidecar(bootstrap, home / f"w{workers}", namespace, "s", workers=str(workers))
+    sidecar = Sidecar(
+        bootstrap, home / f"w{workers}", namespace, "s", workers=str(workers), **settings
+    )
     sidecar.launch(timeout_s=300)
     broker = broker_pid()
     log = sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
@@ -382,11 +386,15 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     print(f"broker {bootstrap}; files in {home}; {os.cpu_count()} cores")
     base: dict = {}
     for workers in args.workers:
-        r = one_run(bootstrap, admin, workers, args.n, home)
+        r = one_run(bootstrap, admin, workers, args.n, home, **args.setting)
         base = base or r
         at = time.strftime("%H:%M:%S", time.gmtime())
         load = os.getloadavg()[0]
-        print(f"\n== {workers} worker(s), {SHARDS} shards, {at} UTC, load {load:.1f}", flush=True)
+        print(
+            f"\n== {workers} worker(s), {SHARDS} shards, {at} UTC, load {load:.1f}, "
+            f"settings {args.setting}",
+            flush=True,
+        )
         for name in ("ingest", "burst", "pop"):
             print(
                 f"{name:7s} {r[name]:>10,.0f}/s  x{r[name] / base[name]:.2f} of 1 worker  "
@@ -427,6 +435,13 @@ def _numbers(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def _setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=_numbers, default=[1, 2, 4])
@@ -434,7 +449,17 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--pop-state", type=_numbers, default=[10_000, 1_000_000])
     parser.add_argument("--takeover-groups", type=_numbers, default=[1, 100])
+    parser.add_argument(
+        "--set",
+        dest="setting",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a kpd setting for the 1/2/4-worker runs, e.g. standby_schedules=next",
+    )
     args = parser.parse_args()
+    args.setting = dict(args.setting)
     home = ROOT / ".kpd" / "bench-kafka"
     with broker_for_tests(os.environ, home) as bootstrap:
         run(bootstrap, args)

@@ -41,3 +41,9 @@ LATENESS = Histogram(
     "When a delivery became visible (its transaction committed) minus its due time",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+FORWARDED = Counter(
+    "kpd_schedule_forwarded_total",
+    "Schedule calls sent on to the owner of the schedule's shard, because this worker's index "
+    "does not follow that shard (get, cancel, schedule)",
+    ["call"],
+)

@@ -10,7 +10,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     shards: int = Field(8, ge=1, le=256)  # fixed when kpd's topics are created
     # Take a silent sidecar's shards over before the group's session timeout ends (see README).
     early_takeover: bool = True
+    # Whose schedules a worker's standby keeps in its RocksDB: "all" shards it does not lead (a
+    # shard the group moves here is current, whichever member it goes to), or only the "next"
+    # ones it would take over (one copy per record, however many workers run). See README.
+    standby_schedules: Literal["all", "next"] = "all"
     # A node whose clock is further than this from the broker's leads nothing (never early).
     max_clock_offset_ms: int = Field(1_000, ge=10, le=3_600_000)
     election_session_timeout_ms: int = Field(6_000, ge=1_000, le=300_000)

@@ -1,16 +1,18 @@
-"""Runs the roles of the shards this worker leads, and the standby that follows the others.
+"""Runs the roles of the shards this worker leads, and the standby that follows the next ones.
 
 For each shard the group assigns here, the standby stops following that shard's partitions and
 two supervised roles start: its delay leader and its pop service, each with its own
 transactional producer (fencing is per shard and role) and its own restarts, so a failure in one
-never rebuilds another. When a shard moves away its roles stop and the standby follows it again.
-RocksDB thus has one writer per shard at a time.
+never rebuilds another. When a shard moves away its roles stop. RocksDB thus has one writer per
+shard at a time.
 
 The standby keeps the pop state of only the shards this worker would take over next (the process
 chooses them: its predecessor's in the ring of members), as Kafka Streams keeps one standby
 replica per task: with every worker applying every pop record of the shards it did not lead, the
 work grew with the number of workers. A pop role taking over a shard not followed here replays
-`kpd.pop-state` from the shard's replay floor (bounded) instead.
+`kpd.pop-state` from the shard's replay floor (bounded). Schedules are kept for every shard not
+led here, or with `standby_schedules = "next"` for the followed ones only; a delay role taking
+over a shard not followed here first reads its schedules from where this worker's index left off.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ Make = Callable[[int, LoopHealth], Role]
 
 
 class Standby:
-    """Follows shards led elsewhere: their schedules into RocksDB (all of them), the pop state of
-    those it would take over next into memory (`revive.pop_follower`)."""
+    """Follows the shards this worker would take over next: their schedules into RocksDB, their
+    pop state into memory (`revive.pop_follower`)."""
 
     def __init__(
         self,
@@ -74,11 +76,15 @@ class Conductor:
         watchdog: Watchdog,
         roles: dict[str, Make],  # "delay" / "pop" -> make(shard, health)
         standby: Callable[[frozenset[int], frozenset[int], LoopHealth], Standby],  # (led, follow)
+        all_schedules: bool,  # the standby follows the schedules of every shard not led here
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
+        self._all_schedules = all_schedules
         self._led: dict[int, dict[str, Supervisor]] = {}
         self._standby: Supervisor | None = None
         self._followed: frozenset[int] = frozenset()
+        # The standby with the shards it follows, replaced as one, for readers on other threads.
+        self._following: tuple[Supervisor, frozenset[int]] | None = None
         self._caught_up_once = False
 
     @property
@@ -105,6 +111,7 @@ class Conductor:
         self._standby = self._supervise(
             "standby", STANDBY, lambda health: self._make_standby(owned, follow, health)
         )
+        self._following = (self._standby, follow)
         for shard in sorted(owned - self.led):
             self._led[shard] = {
                 name: self._supervise(name, shard, _bound(make, shard))
@@ -127,6 +134,18 @@ class Conductor:
         role = supervisor.role if supervisor is not None else None
         return role if isinstance(role, PopService) else None
 
+    def indexes(self, shard: int) -> bool:
+        """Does this worker's schedule index follow `shard` now? Yes if it leads the shard (its
+        delay leader writes the index), or once its standby has caught up on it: on every shard
+        it does not lead, or on those it follows. (Called from the API's thread: reads one
+        reference at a time.)"""
+        if shard in self._led:
+            return True
+        following = self._following
+        if following is None or following[0].role is None:
+            return False
+        return self._all_schedules or shard in following[1]
+
     def standby_caught_up_once(self) -> bool:
         """Has a standby caught up since this worker started? (Remembered once seen.) One
         restarted for a new set of shards to follow catches up while the worker serves on: not a
@@ -141,6 +160,7 @@ class Conductor:
         return supervisor
 
     def _stop_standby(self) -> None:
+        self._following = None
         if self._standby is not None:
             self._stop(self._standby)
             self._standby = None

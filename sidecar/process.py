@@ -5,8 +5,9 @@ HTTP API (package `api`) reads local state and writes commands to Kafka.
 
 A "conductor" thread sets kpd's topics up, joins the group that hands out shards, and then keeps
 the roles of the shards this worker leads running (`sidecar.conductor`), with a standby following
-the rest. Every loop beats a heartbeat the watchdog checks (principle 7); a worker whose loops
-stall for good, or whose Kafka clients stay broken, exits for `kpd run` to start a fresh one.
+the shards it would take over next. Every loop beats a heartbeat the watchdog checks (principle
+7); a worker whose loops stall for good, or whose Kafka clients stay broken, exits for `kpd run`
+to start a fresh one.
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ class Sidecar:
     def pop_service(self, shard: int) -> PopService | None:
         return self._conductor.pop_service(shard) if self._conductor is not None else None
 
+    def indexed(self, shard: int) -> bool:
+        return self._conductor is not None and self._conductor.indexes(shard)
+
     def owners(self) -> dict[int, str]:
         return self._owners.by_shard if self._owners is not None else {}
 
@@ -200,7 +204,10 @@ class Sidecar:
         self._topics_ready = True
         self._pop_follower = PopFollower(self.shard_map)
         self._conductor = Conductor(
-            self.watchdog, {"delay": self._make_delay, "pop": self._make_pop}, self._standby
+            self.watchdog,
+            {"delay": self._make_delay, "pop": self._make_pop},
+            self._standby,
+            all_schedules=s.standby_schedules == "all",
         )
         timeout_s = s.kafka_timeout_ms / 1000
         self.membership = Membership(
@@ -228,19 +235,21 @@ class Sidecar:
 
     def _standby(self, led: frozenset[int], follow: frozenset[int], health: LoopHealth) -> Standby:
         s, shards = self.settings, self.shard_map
+        every = frozenset(range(shards.shards))
+        followed = every - led if s.standby_schedules == "all" else follow
         follower = StateFollower(
             self.client_config,
             self.store,
             {s.state_topic("schedules"): self.schedules.apply_messages},
-            # Every shard's schedules, not only `follow`'s: any sidecar answers a schedule's GET,
-            # DELETE and read-your-writes POST from its own index.
-            only=lambda _, partition: shards.of_partition(partition) not in led,
+            # With "next", the API forwards calls about a schedule of a shard not followed here
+            # to that shard's owner (`api.schedules.owner_of`).
+            only=lambda _, partition: shards.of_partition(partition) in followed,
         )
         reader = PopStateReader(
             self.client_config, s.state_topic("pop-state"), s.state_topic("pop-floor"),
             s.kafka_timeout_ms / 1000,
         )  # fmt: skip
-        self._pop_follower.forget(frozenset(range(shards.shards)) - follow - led)
+        self._pop_follower.forget(every - follow - led)
         return Standby(follower, (self._pop_follower, reader, follow), health)
 
     def _clock_fit(self) -> bool:

@@ -23,6 +23,7 @@ from kafka_helpers import (
     led_shards,
     log_events,
     make_producer,
+    metric_values,
     now_ms,
     produce_all,
     standby_shards,
@@ -31,6 +32,10 @@ from kafka_helpers import (
 )
 from load_helpers import DelayLoad, PopLoad
 
+from delay_service.schedules import COLUMN_FAMILIES, ScheduleIndex
+from foundation.shards import ShardMap
+from foundation.state_follower import OFFSETS_CF
+from foundation.store import Store
 from kpd_client import KpdClient, KpdError
 
 pytestmark = pytest.mark.timeout(600)
@@ -38,10 +43,10 @@ SHARDS = 6
 SESSION_TIMEOUT_MS = "2000"
 
 
-def start(sidecar_factory, names: str = "abc") -> list:
+def start(sidecar_factory, names: str = "abc", **settings: str) -> list:
     nodes = [
         sidecar_factory(
-            name, shards=str(SHARDS), election_session_timeout_ms=SESSION_TIMEOUT_MS
+            name, shards=str(SHARDS), election_session_timeout_ms=SESSION_TIMEOUT_MS, **settings
         ).start()
         for name in names
     ]
@@ -184,21 +189,97 @@ def test_pops_across_shards_are_exclusive_with_exact_counts(
     assert any(len(seen) > 1 for seen in counts.values())  # nacks really went around
 
 
-def test_each_shard_s_pop_state_has_one_standby_the_next_to_take_it(sidecar_factory):
-    """Each sidecar keeps the pop state of the shards of one other (its predecessor in the ring,
-    the one it would take over from), not of every shard it does not lead."""
+def one_standby_each(nodes: list) -> bool:
+    """Each shard is followed by exactly one sidecar, and each sidecar follows the shards of
+    exactly one other."""
+    if not spread(nodes):
+        return False
+    led = [frozenset(led_shards(node)) for node in nodes]
+    followed = [frozenset(standby_shards(node)) for node in nodes]
+    return sorted(s for shards in followed for s in shards) == list(range(SHARDS)) and all(
+        f in led[:i] + led[i + 1 :] for i, f in enumerate(followed)
+    )
+
+
+def test_each_shard_has_one_standby_the_next_to_take_it(sidecar_factory):
+    """Each sidecar keeps the state of the shards of one other (its predecessor in the ring, the
+    one it would take over from), not of every shard it does not lead."""
     nodes = start(sidecar_factory)
+    wait_for(lambda: one_standby_each(nodes), 60, "each sidecar follows one other's shards")
 
-    def one_standby_each() -> bool:
-        if not spread(nodes):
-            return False
-        led = [frozenset(led_shards(node)) for node in nodes]
-        followed = [frozenset(standby_shards(node)) for node in nodes]
-        return sorted(s for shards in followed for s in shards) == list(range(SHARDS)) and all(
-            f in led[:i] + led[i + 1 :] for i, f in enumerate(followed)
-        )
 
-    wait_for(one_standby_each, 60, "each sidecar follows the pop state of one other's shards")
+def forwarded(node) -> Counter[str]:
+    """Schedule calls a sidecar sent on to another, by call."""
+    with node.client() as http:
+        values = metric_values(http)
+    prefix = "kpd_schedule_forwarded_total{call="
+    return Counter({k[len(prefix) : -1]: int(v) for k, v in values.items() if k.startswith(prefix)})
+
+
+def answered_here(node, schedule_id: str) -> bool:
+    """Does the sidecar answer a GET of `schedule_id` from its own index?"""
+    before = forwarded(node)["get"]
+    with node.client() as http:
+        assert http.get(f"/v1/schedules/{schedule_id}").status_code in (200, 404)
+    return forwarded(node)["get"] == before
+
+
+@pytest.mark.parametrize("standby_schedules", ["next", "all"])
+def test_schedule_calls_for_shards_a_sidecar_does_not_follow_go_to_their_owner(
+    sidecar_factory, new_topic, standby_schedules
+):
+    """With `standby_schedules=next` a sidecar's index follows only the shards it leads or would
+    take over next: a schedule of another shard is written, read (read-your-writes) and cancelled
+    through its owner. With `all` (the default) it keeps every shard and answers them itself."""
+    nodes = start(sidecar_factory, standby_schedules=standby_schedules)
+    wait_for(lambda: one_standby_each(nodes), 60, "each sidecar follows one other's shards")
+    node = nodes[0]
+    followed, indexed = standby_shards(node), led_shards(node) | standby_shards(node)
+    shard_of = ShardMap(SHARDS, SHARDS).of_key
+    ids = [unique("fw") for _ in range(200)]
+    far = next(i for i in ids if shard_of(i) not in indexed)  # neither led nor followed here
+    near = next(i for i in ids if shard_of(i) in followed)
+    far_later, missing = [i for i in ids if shard_of(i) not in indexed and i != far][-2:]
+    target = new_topic("fw")
+    due = now_ms() + 120_000
+    wait_for(lambda: answered_here(node, near), 30, "the standby caught up on its shards")
+    before = forwarded(node)
+    with KpdClient(node.url) as kpd:
+        sent_at = now_ms()
+        results = kpd.produce(target, [
+            {"value": "far", "deliver_at_ms": due, "id": far},
+            {"value": "now", "key": "k"},
+            {"value": "near", "delay_ms": 120_000, "id": near},
+            {"value_b64": "AAE=", "delay_ms": 60_000, "id": far_later},
+        ])  # fmt: skip
+        answered_at = now_ms()
+        assert [r["status"] for r in results] == ["scheduled", "enqueued", "scheduled", "scheduled"]
+        assert results[0]["deliver_at_ms"] == due
+        # A delay is turned into a due time once, where the call came in.
+        assert sent_at + 60_000 <= results[3]["deliver_at_ms"] <= answered_at + 60_000
+        assert kpd.schedule(far_later)["deliver_at_ms"] == results[3]["deliver_at_ms"]
+        # Right after the answer: the index that answers shows the schedule.
+        assert kpd.schedule(far) == {"id": far, "state": "scheduled", "target": target,
+                                     "deliver_at_ms": due}  # fmt: skip
+        assert kpd.schedule(near)["state"] == "scheduled"
+        with pytest.raises(KpdError) as unknown:
+            kpd.schedule(missing)
+        assert (unknown.value.status, unknown.value.code) == (404, "schedule_not_found")
+        kpd.cancel(far)
+        assert kpd.schedule(far)["state"] == "cancelled"
+    sent_on = Counter(schedule=1, get=4, cancel=1) if standby_schedules == "next" else Counter()
+    assert forwarded(node) - before == sent_on
+    with KpdClient(nodes[1].url) as other:  # every sidecar sees the same state
+        assert other.schedule(far)["state"] == "cancelled"
+        assert other.schedule(near)["state"] == "scheduled"
+    node.stop()  # its RocksDB holds the schedules of the shards it followed
+    store = Store(node.data_dir / "rocksdb", [*COLUMN_FAMILIES, OFFSETS_CF])
+    try:
+        index = ScheduleIndex(store, ShardMap(SHARDS, SHARDS))
+        kept_far = standby_schedules == "all"
+        assert (index.get(far) is not None, index.get(near) is not None) == (kept_far, True)
+    finally:
+        store.close()
 
 
 def test_a_sidecar_joining_under_load_takes_shards_and_loses_nothing(

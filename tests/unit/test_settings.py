@@ -32,6 +32,7 @@ def test_defaults_match_design() -> None:
     assert s.group("orders").backoff_ms[:3] == [10_000, 30_000, 60_000]
     assert s.group("orders").backoff_ms[-1] == 7_200_000
     assert s.data_dir == Path(".kpd/data") / s.node_id
+    assert s.standby_schedules == "all"
 
 
 def test_retry_and_dlq_names_follow_the_state_topic_prefix(
@@ -88,6 +89,8 @@ def test_secrets_are_not_printed(monkeypatch: pytest.MonkeyPatch) -> None:
         ("KPD_GROUPS__g__INVISIBLE_MS", "999", "greater than or equal to 1000"),
         ("KPD_GROUPS__g__BACKOFF_MS", "[]", "at least 1 item"),
         ("KPD_GROUPS__g__BACKOFF_MS", "not json", "JSON"),
+        ("KPD_STANDBY_SCHEDULES", "some", "'all' or 'next'"),
+        ("KPD_STANDBY_SCHEDULES", "ALL", "'all' or 'next'"),
         ("KPD_TYPO_SETTING", "1", "Extra inputs are not permitted"),
     ],
 )

@@ -1,0 +1,57 @@
+"""Calls sent on to the sidecar (or worker) that owns a shard, and how a peer's call is told apart.
+
+A call a peer forwarded carries `x-kpd-forwarded` (the sender's node id): it is answered from this
+worker's own shards and state only, so a call is forwarded at most once, never in a loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from fastapi import Request, Response
+
+from api.node import Node
+from api.problems import leadership_moving
+
+FORWARDED = "x-kpd-forwarded"
+FORWARD_TIMEOUT_S = 60.0  # long polls are forwarded too; the owner bounds their wait
+
+
+def is_forwarded(request: Request) -> bool:
+    """A peer forwarded this call: answer from local shards only."""
+    return FORWARDED in request.headers
+
+
+async def send(
+    node: Node,
+    method: str,
+    url: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    """Send a call to the sidecar at `url` as a forwarded one (with the API token when one is
+    set); an owner that cannot be reached reads as leadership moving (503, retry soon)."""
+    sent = {FORWARDED: node.settings.node_id, **(headers or {})}
+    if node.settings.api_token is not None:
+        sent["authorization"] = f"Bearer {node.settings.api_token.get_secret_value()}"
+    try:
+        return await node.http.request(
+            method, f"{url}{path}", json=body, headers=sent, timeout=FORWARD_TIMEOUT_S
+        )
+    except httpx.HTTPError as error:
+        raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
+
+
+def segment(name: str) -> str:
+    """A name as one URL path segment: `/`, `..` and the like cannot reach another route."""
+    quoted = quote(name, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
+
+
+def relayed(answer: httpx.Response) -> Response:
+    """The owner's answer, passed on as it came (status, body, and when to retry)."""
+    headers = {k: v for k, v in answer.headers.items() if k in ("content-type", "retry-after")}
+    return Response(answer.content, status_code=answer.status_code, headers=headers)
