@@ -226,14 +226,21 @@ async def _send_to(
     }
     try:
         answer = await send(node, "POST", owner, f"/v1/topics/{segment(topic)}/messages", body)
-        if answer.status_code == 200:
-            return [ProduceResult.model_validate(r) for r in answer.json()["results"]]
-        problem = answer.json() if answer.content else {}
-        code, detail = str(problem.get("code", "produce_failed")), str(problem.get("detail"))
     except Problem as error:
-        code, detail = error.code, error.detail
+        return _failed(owner, error.code, error.detail, len(messages))
+    try:
+        data = answer.json()
+        if answer.status_code == 200 and len(data["results"]) == len(messages):
+            return [ProduceResult.model_validate(r) for r in data["results"]]
+        code, detail = str(data["code"]), str(data["detail"])
+    except (ValueError, KeyError, TypeError):  # not kpd's answer (a proxy's page, say)
+        code, detail = "produce_failed", f"answered {answer.status_code}: {answer.text[:200]}"
+    return _failed(owner, code, detail, len(messages))
+
+
+def _failed(owner: str, code: str, detail: str, count: int) -> list[ProduceResult]:
     failed = ProduceResult(status="error", code=code, detail=f"sidecar at {owner}: {detail}"[:500])
-    return [failed] * len(messages)
+    return [failed] * count
 
 
 async def _send(
