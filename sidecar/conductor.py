@@ -76,10 +76,8 @@ class Conductor:
         watchdog: Watchdog,
         roles: dict[str, Make],  # "delay" / "pop" -> make(shard, health)
         standby: Callable[[frozenset[int], frozenset[int], LoopHealth], Standby],  # (led, follow)
-        all_schedules: bool,  # the standby follows the schedules of every shard not led here
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
-        self._all_schedules = all_schedules
         self._led: dict[int, dict[str, Supervisor]] = {}
         self._standby: Supervisor | None = None
         self._followed: frozenset[int] = frozenset()
@@ -135,16 +133,14 @@ class Conductor:
         return role if isinstance(role, PopService) else None
 
     def indexes(self, shard: int) -> bool:
-        """Does this worker's schedule index follow `shard` now? Yes if it leads the shard (its
-        delay leader writes the index), or once its standby has caught up on it: on every shard
-        it does not lead, or on those it follows. (Called from the API's thread: reads one
-        reference at a time.)"""
+        """Does this worker's schedule index follow `shard` now, when its standby keeps only the
+        shards it follows? Yes if it leads the shard (its delay leader writes the index), or
+        once its standby has caught up on the shards it follows. (Called from the API's thread:
+        reads one reference at a time.)"""
         if shard in self._led:
             return True
         following = self._following
-        if following is None or following[0].role is None:
-            return False
-        return self._all_schedules or shard in following[1]
+        return following is not None and shard in following[1] and following[0].role is not None
 
     def standby_caught_up_once(self) -> bool:
         """Has a standby caught up since this worker started? (Remembered once seen.) One

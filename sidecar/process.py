@@ -107,6 +107,8 @@ class Sidecar:
         return self._conductor.pop_service(shard) if self._conductor is not None else None
 
     def indexed(self, shard: int) -> bool:
+        if self.settings.standby_schedules == "all":  # every shard, as it always did
+            return True
         return self._conductor is not None and self._conductor.indexes(shard)
 
     def owners(self) -> dict[int, str]:
@@ -204,10 +206,7 @@ class Sidecar:
         self._topics_ready = True
         self._pop_follower = PopFollower(self.shard_map)
         self._conductor = Conductor(
-            self.watchdog,
-            {"delay": self._make_delay, "pop": self._make_pop},
-            self._standby,
-            all_schedules=s.standby_schedules == "all",
+            self.watchdog, {"delay": self._make_delay, "pop": self._make_pop}, self._standby
         )
         timeout_s = s.kafka_timeout_ms / 1000
         self.membership = Membership(
