@@ -3,15 +3,16 @@
     .venv/bin/python bench/standby_apply.py               # 100k schedules, 3 rounds
     .venv/bin/python bench/standby_apply.py --n 200000 --rounds 5
 
-Every worker applies the schedule records of every shard it does not lead (README: Failover), so
-with w workers each record is applied w - 1 times more: this cost is what makes kpd's CPU per
-record rise with workers (BENCHMARKS.md). For each design, into a fresh RocksDB: N `scheduled`
-records (100-byte payloads, ids spread over 8 shards, each in the partition Kafka's partitioner
-gives it), then the N `delivered` markers that replace them, handed over in polls of 2,000 as the
-state follower's consumer does. Printed: CPU microseconds per record (`time.process_time`, best
-of --rounds, the designs alternating), and the floor: the same records' RocksDB puts alone, one
-write per poll (what any applier pays). Baseline: `delay_service/schedules.py` as of
-BASELINE_COMMIT (a murmur2 hash, a RocksDB read and an encode per record).
+By default (`KPD_STANDBY_SCHEDULES=all`) every worker applies the schedule records of every shard
+it does not lead (README: Failover), so with w workers each record is applied w - 1 times more:
+this cost is what makes kpd's CPU per record rise with workers (BENCHMARKS.md). For each design,
+into a fresh RocksDB: N `scheduled` records (100-byte payloads, ids spread over 8 shards, each in
+the partition Kafka's partitioner gives it), then the N `delivered` markers that replace them,
+handed over in polls of 2,000 as the state follower's consumer does. Printed: CPU microseconds
+per record (`time.process_time`, best of --rounds, the designs alternating), and the floor: the
+same records' RocksDB puts alone, one write per poll (what any applier pays). Baseline:
+`delay_service/schedules.py` as of BASELINE_COMMIT (a RocksDB read of every record's id; before
+2026-11-26 the baseline was 450bff4, with a murmur2 hash, a read and an encode per record).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from foundation.shards import ShardMap  # noqa: E402
 from foundation.state_follower import OFFSETS_CF  # noqa: E402
 from foundation.store import Store  # noqa: E402
 
-BASELINE_COMMIT = "450bff4cdea1cfb56c081eb487e6244482a1fe84"
+BASELINE_COMMIT = "106f40b3329536f080a20e3458a914a0d8518e2a"
 SHARDS = 8
 POLL = 2_000  # StateFollower.poll_once: messages per consume
 DUE_MS = 1_767_225_600_000

@@ -200,7 +200,13 @@ class ScheduleIndex:
 
         A record's shard is its partition's (kpd writes each id's records to the partition
         Kafka's partitioner gives the id), and its value is stored as read: no hash and no
-        encode per record. The ids' current states are read in one multi-get per shard.
+        encode per record.
+
+        Only ids with a delivered or cancelled record have their current state read (one
+        multi-get per shard), to know whether they were pending. A `scheduled` record needs no
+        read: the shard's one writer, its leader, writes it only for an id it has never seen,
+        and the index holds nothing of the partition past its stored position, so the id is new
+        here too (`tests/unit/test_schedule_follower_model.py`).
         """
         by_shard: dict[int, tuple[list[Schedule], list[bytes]]] = {}
         for message in messages:
@@ -220,8 +226,9 @@ class ScheduleIndex:
             records.append(record)
             encoded.append(value)  # type: ignore[arg-type]
         for shard, (records, encoded) in by_shard.items():
-            ids = [record.schedule_id for record in records]
-            found = dict(zip(ids, self.get_many(ids), strict=True))
+            settled = list({r.schedule_id for r in records if r.state is not State.SCHEDULED})
+            found: dict[str, Schedule | None] = {r.schedule_id: None for r in records}
+            found.update(zip(settled, self.get_many(settled), strict=True))
             self.stage(batch, shard, records, encoded, found)
 
     def due_between(self, shard: int, start_ms: int, stop_ms: int) -> Iterator[tuple[int, str]]:

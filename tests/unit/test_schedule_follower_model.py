@@ -1,0 +1,112 @@
+"""A model test of the standby's applier (`ScheduleIndex.apply_messages`) against what a shard's
+leader can write to the schedules topic.
+
+Each id's records follow one of the histories a leader writes: scheduled; scheduled then
+delivered or cancelled; cancelled before its schedule arrived, then booked again under the
+schedule's target. The ids' histories interleave in any order. The follower has applied the
+records before a random position (its stored one) and reads the rest in polls of any size, some
+records possibly removed by compaction (an earlier record of an id that has a later one). Whatever
+the order, position, polls and compaction, the index ends with each id's latest record as the
+topic holds it, a due entry for each id whose latest record is `scheduled`, and the pending count
+of those ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from confluent_kafka import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from delay_service.schedules import Schedule, ScheduleIndex, State
+from foundation.shards import ShardMap
+from foundation.store import Store
+
+DUE = 1_767_225_600_000
+HISTORIES = ("scheduled", "delivered", "cancelled", "cancelled first", "cancelled first, booked")
+
+
+def history(schedule_id: str, kind: str, n: int) -> list[Schedule]:
+    """The records a leader writes for one id, in order."""
+    first = Schedule(schedule_id=schedule_id, state=State.SCHEDULED, target="o", due_ms=DUE + n)
+    if kind == "scheduled":
+        return [first]
+    if kind == "delivered":
+        return [first, first.settled(State.DELIVERED, DUE + n + 1)]
+    if kind == "cancelled":
+        return [first, first.settled(State.CANCELLED, DUE - 5, "cancelled")]
+    early = Schedule(  # a cancel ahead of its schedule: no target or due time known yet
+        schedule_id=schedule_id, state=State.CANCELLED, target="", due_ms=0, at_ms=DUE - 9,
+        reason="cancelled",
+    )  # fmt: skip
+    if kind == "cancelled first":
+        return [early]
+    return [early, first.settled(State.CANCELLED, DUE - 9, "cancelled")]
+
+
+@st.composite
+def topics(draw: st.DrawFn) -> tuple[list[Schedule], int, list[bool], list[int]]:
+    """(records in topic order, stored position, which later records compaction removes, poll
+    sizes)."""
+    kinds = draw(st.lists(st.sampled_from(HISTORIES), min_size=1, max_size=12))
+    pending = {f"id-{n}": history(f"id-{n}", kind, n) for n, kind in enumerate(kinds)}
+    turns = draw(st.permutations([sid for sid, records in pending.items() for _ in records]))
+    records = [pending[sid].pop(0) for sid in turns]
+    position = draw(st.integers(0, len(records)))
+    compacted = draw(st.lists(st.booleans(), min_size=len(records), max_size=len(records)))
+    polls = draw(st.lists(st.integers(1, 5), min_size=len(records), max_size=len(records)))
+    return records, position, compacted, polls
+
+
+def message(index: ScheduleIndex, record: Schedule) -> Message:
+    partition = index.shards.partition_of_key(record.schedule_id)
+    return Message(
+        topic="kpd.schedules", partition=partition, offset=0,
+        key=record.schedule_id.encode(), value=record.encode(),
+    )  # fmt: skip
+
+
+def after_compaction(records: list[Schedule], compacted: list[bool]) -> list[Schedule]:
+    """`records` without those compaction removed: flagged ones of an id that has a later one."""
+    return [
+        record
+        for i, (record, gone) in enumerate(zip(records, compacted, strict=False))
+        if not (gone and any(r.schedule_id == record.schedule_id for r in records[i + 1 :]))
+    ]
+
+
+def apply(store: Store, index: ScheduleIndex, records: list[Schedule]) -> None:
+    batch = store.batch()
+    index.apply_messages(batch, [message(index, record) for record in records])
+    store.write(batch)
+
+
+@settings(max_examples=300, deadline=None)
+@given(topics())
+def test_the_index_ends_with_each_ids_latest_record(
+    topic: tuple[list[Schedule], int, list[bool], list[int]],
+) -> None:
+    records, position, compacted, polls = topic
+    with TemporaryDirectory() as folder:
+        store = Store(Path(folder) / "db", ["schedule", "due"])
+        try:
+            index = ScheduleIndex(store, ShardMap(2, 2))
+            apply(store, index, records[:position])
+            read = after_compaction(records[position:], compacted)
+            for size in polls:  # at least one record each, so they cover every record
+                poll, read = read[:size], read[size:]
+                if poll:
+                    apply(store, index, poll)
+            latest = {record.schedule_id: record for record in records}
+            for schedule_id, record in latest.items():
+                assert store.get("schedule", schedule_id.encode()) == record.encode()
+            waiting = sorted(
+                (r.due_ms, r.schedule_id) for r in latest.values() if r.state is State.SCHEDULED
+            )
+            due = [entry for shard in (0, 1) for entry in index.due_between(shard, 0, 2**62)]
+            assert sorted(due) == waiting
+            assert index.count_pending() == len(waiting)
+        finally:
+            store.close()
