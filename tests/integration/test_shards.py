@@ -282,6 +282,40 @@ def test_schedule_calls_for_shards_a_sidecar_does_not_follow_go_to_their_owner(
         store.close()
 
 
+def test_schedules_for_a_killed_owners_shards_are_taken_while_the_group_names_it(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """With `next`, a sidecar sends a schedule on to its shard's owner. Right after the owner
+    dies the group still names it for a while: the schedules are written to the buffer topic
+    instead, answered at once, and delivered once by the shard's next leader."""
+    nodes = start(sidecar_factory, standby_schedules="next")
+    wait_for(lambda: one_standby_each(nodes), 60, "each sidecar follows one other's shards")
+    node = nodes[0]
+    indexed = led_shards(node) | standby_shards(node)
+    (owner,) = [other for other in nodes[1:] if not led_shards(other) & indexed]
+    shard_of = ShardMap(SHARDS, SHARDS).of_key
+    ids = [i for i in (unique("away") for _ in range(2000)) if shard_of(i) not in indexed]
+    target = new_topic("away")
+    owner.terminate(signal.SIGKILL)
+    answers: list[tuple[str, str, float]] = []
+    with KpdClient(node.url) as kpd:
+        ends = time.monotonic() + 4.0  # the session timeout (2 s) and a refresh of the owners
+        for schedule_id in ids:
+            if time.monotonic() > ends:
+                break
+            started = time.monotonic()
+            sent = {"value": schedule_id, "delay_ms": 500, "id": schedule_id}
+            (result,) = kpd.produce(target, [sent])
+            answers.append((schedule_id, result["status"], time.monotonic() - started))
+    assert {status for _, status, _ in answers} == {"scheduled"}, answers[:3]
+    with TopicReader(kafka_bootstrap, target) as reader:
+        reader.read_count(len(answers), 60)
+        messages = reader.read_for(1.0)
+    assert_exactly_once(messages, {schedule_id for schedule_id, _, _ in answers})
+    assert_never_early(messages)
+    print(f"\n{len(answers)} schedules, slowest answer {max(t for *_, t in answers):.2f} s")
+
+
 def test_a_sidecar_joining_under_load_takes_shards_and_loses_nothing(
     sidecar_factory, new_topic, kafka_bootstrap
 ):
