@@ -39,8 +39,9 @@ Make = Callable[[int, LoopHealth], Role]
 
 
 class Standby:
-    """Follows the shards this worker would take over next: their schedules into RocksDB, their
-    pop state into memory (`revive.pop_follower`)."""
+    """Follows shards led elsewhere: their schedules into RocksDB (those of every shard not led
+    here, or with `standby_schedules = "next"` those it would take over next), the pop state of
+    those it would take over next into memory (`revive.pop_follower`)."""
 
     def __init__(
         self,
@@ -79,10 +80,8 @@ class Conductor:
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
         self._led: dict[int, dict[str, Supervisor]] = {}
-        self._standby: Supervisor | None = None
-        self._followed: frozenset[int] = frozenset()
         # The standby with the shards it follows, replaced as one, for readers on other threads.
-        self._following: tuple[Supervisor, frozenset[int]] | None = None
+        self._standby: tuple[Supervisor, frozenset[int]] | None = None
         self._caught_up_once = False
 
     @property
@@ -93,23 +92,23 @@ class Conductor:
         """Make the running roles match the shards this worker is to lead, and the standby the
         shards it is to follow (never one it leads)."""
         follow -= owned
-        if owned == self.led and follow == self._followed and self._standby is not None:
+        followed = self._standby[1] if self._standby is not None else frozenset()
+        if owned == self.led and follow == followed and self._standby is not None:
             return
         for shard in owned ^ self.led:
             SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
-        for shard in follow ^ self._followed:
+        for shard in follow ^ followed:
             SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
-        self._followed = follow
         IS_LEADER.set(int(bool(owned)))
         for shard in sorted(self.led - owned):
             for supervisor in self._led.pop(shard).values():
                 self._stop(supervisor)
             log.info("stopped leading", shard=shard)
         self._stop_standby()  # it followed the shards now led here: it must stop writing them
-        self._standby = self._supervise(
+        standby = self._supervise(
             "standby", STANDBY, lambda health: self._make_standby(owned, follow, health)
         )
-        self._following = (self._standby, follow)
+        self._standby = (standby, follow)
         for shard in sorted(owned - self.led):
             self._led[shard] = {
                 name: self._supervise(name, shard, _bound(make, shard))
@@ -139,14 +138,15 @@ class Conductor:
         reads one reference at a time.)"""
         if shard in self._led:
             return True
-        following = self._following
-        return following is not None and shard in following[1] and following[0].role is not None
+        standby = self._standby
+        return standby is not None and shard in standby[1] and standby[0].role is not None
 
     def standby_caught_up_once(self) -> bool:
         """Has a standby caught up since this worker started? (Remembered once seen.) One
         restarted for a new set of shards to follow catches up while the worker serves on: not a
         reason to be unready."""
-        if self._standby is not None and self._standby.role is not None:
+        standby = self._standby
+        if standby is not None and standby[0].role is not None:
             self._caught_up_once = True
         return self._caught_up_once
 
@@ -156,10 +156,9 @@ class Conductor:
         return supervisor
 
     def _stop_standby(self) -> None:
-        self._following = None
-        if self._standby is not None:
-            self._stop(self._standby)
-            self._standby = None
+        standby, self._standby = self._standby, None
+        if standby is not None:
+            self._stop(standby[0])
 
     def _stop(self, supervisor: Supervisor) -> None:
         # A role stuck in a Kafka call does not end; the watchdog sees it (it still "runs").

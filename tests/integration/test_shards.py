@@ -234,7 +234,8 @@ def test_schedule_calls_for_shards_a_sidecar_does_not_follow_go_to_their_owner(
     nodes = start(sidecar_factory, standby_schedules=standby_schedules)
     wait_for(lambda: one_standby_each(nodes), 60, "each sidecar follows one other's shards")
     node = nodes[0]
-    followed, indexed = standby_shards(node), led_shards(node) | standby_shards(node)
+    followed = standby_shards(node)
+    indexed = led_shards(node) | followed
     shard_of = ShardMap(SHARDS, SHARDS).of_key
     ids = [unique("fw") for _ in range(200)]
     far = next(i for i in ids if shard_of(i) not in indexed)  # neither led nor followed here
