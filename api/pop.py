@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Request, Response
@@ -65,12 +66,20 @@ async def pop(
     invisible_ms = body.invisible_ms or node.settings.group(group).invisible_ms
     started = time.perf_counter()
     try:
-        messages = await router_.pop(
+        popped = await router_.pop(
             group, topic, body.max_messages, invisible_ms, body.wait_ms, is_forwarded(request)
         )
     finally:
         REQUEST_SECONDS.labels("pop").observe(time.perf_counter() - started)
-    return _json({"messages": messages})
+    answer = _json({"messages": popped.messages})
+    if popped.elsewhere and _through_shared_port(request, node):
+        # This worker's lanes had nothing and another worker's had: the client's next call
+        # comes on a new connection, which the kernel may give to a worker with records. Few
+        # long-lived connections spread unevenly over a sidecar's workers; without this, the
+        # worker holding the most of them forwarded every pop once its own lanes ran dry, and
+        # every ack of what it handed out (BENCHMARKS.md, 2026-11-26 08:00).
+        answer.headers["connection"] = "close"
+    return answer
 
 
 async def _settle(kind: str, group: str, items: list[tuple[str, Any]], request: Request) -> Any:
@@ -126,6 +135,13 @@ def _json(payload: dict[str, Any]) -> Response:
         # not); the standard encoder escapes it as the client sent it.
         content = json.dumps(payload).encode()
     return Response(content, media_type="application/json")
+
+
+def _through_shared_port(request: Request, node: Node) -> bool:
+    """Did the call come in on the port this sidecar's workers share (not this worker's own)?"""
+    server = request.scope.get("server")
+    own_port = urlsplit(node.url).port
+    return node.settings.workers > 1 and server is not None and server[1] != own_port
 
 
 def _router(request: Request) -> PopRouter:

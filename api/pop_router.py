@@ -6,8 +6,10 @@ owners, until it has `max_messages`: its own shards first (a forwarded pop costs
 call, and so does every ack of what it leased), one other owner only when its own lanes have
 nothing, and first on one pop in `REMOTE_FIRST_EVERY`, so no lane starves whichever sidecar or
 worker clients talk to (RocketMQ 5 clients pop every broker in turn). A pop answers with fewer
-than `max_messages` rather than forward for the rest, as SQS does. With
-nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
+than `max_messages` rather than forward for the rest, as SQS does. A pop that had to lease
+elsewhere because this worker's lanes were empty says so (`Popped.elsewhere`): the API then asks
+a client of the shared port to reconnect, so its connection may land on a worker with records.
+With nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
 long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message. Acks,
 nacks, lease changes and rejects go to the owner of each receipt's shard, from any sidecar.
 Calls forwarded by a peer are answered from local shards only.
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from api.forwarding import send
@@ -42,6 +45,14 @@ L = TypeVar("L")
 R = TypeVar("R")
 
 
+@dataclass(frozen=True)
+class Popped:
+    messages: list[dict[str, Any]]
+    # Leased from another owner because this worker's own lanes of the (group, topic) had none
+    # (not on a turn that asks the others first).
+    elsewhere: bool
+
+
 class PopRouter:
     def __init__(self, node: Node) -> None:
         self._node = node
@@ -51,14 +62,14 @@ class PopRouter:
 
     async def pop(
         self, group: str, topic: str, wanted: int, invisible_ms: int, wait_ms: int, local: bool
-    ) -> list[dict[str, Any]]:
+    ) -> Popped:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             sources = self._sources(group, topic, local)
-            messages = await self._collect(group, topic, wanted, invisible_ms, sources)
+            popped = await self._collect(group, topic, wanted, invisible_ms, sources)
             left = deadline - time.monotonic()
-            if messages or left <= 0:
-                return messages
+            if popped.messages or left <= 0:
+                return popped
             await self._park(group, topic, sources, left)
 
     async def watch(self, group: str, topic: str, wait_ms: int) -> int:
@@ -104,16 +115,18 @@ class PopRouter:
 
     async def _collect(
         self, group: str, topic: str, wanted: int, invisible_ms: int, sources: list[Source]
-    ) -> list[dict[str, Any]]:
+    ) -> Popped:
         turn = self._turns[(group, topic)] = self._turns.get((group, topic), -1) + 1
         local = [source for source in sources if isinstance(source, PopService)]
         remote = [source for source in sources if isinstance(source, str)]
         found: list[dict[str, Any]] = []
+        asked_here = 0  # local shards asked so far
         for source in visit_order(local, remote, turn):
             left = wanted - len(found)
             if left <= 0:
                 break
             if isinstance(source, PopService):
+                asked_here += 1
                 if source.knows(group, topic) and not source.available(group, topic):
                     continue
                 found += await _answer(source.submit(PopRequest(group, topic, left, invisible_ms)))
@@ -122,7 +135,9 @@ class PopRouter:
                 path = f"/v1/groups/{group}/topics/{topic}/pop"
                 answer = await self._forward("pop", source, path, body)
                 found += answer["messages"]
-        return found
+                if found and asked_here == len(local):
+                    return Popped(found, elsewhere=True)
+        return Popped(found, elsewhere=False)
 
     async def _park(self, group: str, topic: str, sources: list[Source], left_s: float) -> None:
         """Until a local lane gets records, or a remote owner says it has some, or `left_s`."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 
 import httpx
+import orjson
 from kafka_helpers import (
     TopicReader,
     assert_exactly_once,
@@ -89,3 +91,46 @@ def test_the_sidecar_is_ready_once_every_worker_is(sidecar_factory):
     sidecar_factory("w", workers="2", shards="4", worker_port_base=str(base)).start()
     answers = [httpx.get(f"http://127.0.0.1:{p}/readyz", timeout=5) for p in (base, base + 1)]
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+
+
+def test_a_pop_its_worker_leased_elsewhere_asks_the_client_to_reconnect(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """A client of the shared port lands on whichever worker accepts its connection. When that
+    worker's lanes have nothing and it leases from another worker's, the answer closes the
+    connection, so the client's next one may land where the records are; an answer from the
+    worker's own lanes keeps it. A peer's forwarded call (on the worker's own port) never closes."""
+    base = two_free_ports()
+    sidecar = sidecar_factory("w", workers="2", shards="2", worker_port_base=str(base)).start()
+    wait_for(lambda: led_shards(sidecar) == {0, 1}, 60, "the workers lead every shard")
+    topic, group = new_topic("work", partitions=1), unique("g")  # one lane: one owner
+    produce_all(
+        make_producer(kafka_bootstrap), topic, [(None, f"j{i}".encode(), []) for i in range(80)]
+    )
+    path, pop = f"/v1/groups/{group}/topics/{topic}/pop", {"max_messages": 1, "wait_ms": 5000}
+    rounds: list[tuple[str, int, str | None]] = []  # (the connection's worker, offset, header)
+    deadline = time.monotonic() + 60
+    while len({node for node, *_ in rounds}) < 2 and time.monotonic() < deadline:
+        with httpx.Client(base_url=sidecar.url, timeout=30) as http:  # a new connection
+            stats, answer = http.get(f"/v1/groups/{group}"), http.post(path, json=pop)
+        if 503 in (stats.status_code, answer.status_code):  # a shard moving between the workers
+            time.sleep(float(answer.headers.get("retry-after", "0.5")))
+            continue
+        (message,) = answer.json()["messages"]
+        rounds.append((stats.json()["node"], message["offset"], answer.headers.get("connection")))
+    assert {node for node, *_ in rounds} == {"w-0", "w-1"}, rounds
+    log = sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
+    with TopicReader(kafka_bootstrap, log) as reader:
+        events = reader.read_until(lambda m: len(m) >= len(rounds), 60, "pop log events")
+    records = [orjson.loads(event.value()) for event in events]
+    leased_by = {r["offset"]: r["node"] for r in records if r["target"] == topic}
+    for node, offset, connection in rounds:  # closed when another worker leased it
+        assert (connection == "close") == (node != leased_by[offset]), rounds
+    owner = leased_by[rounds[-1][1]]
+    other = 1 - int(owner[-1])
+    with httpx.Client(base_url=f"http://127.0.0.1:{base + other}", timeout=30) as http:
+        before = metric_values(http)["kpd_pop_forwarded_total{call=pop}"]
+        answer = http.post(path, json=pop)  # leased by the owner, through the worker's own port
+        assert len(answer.json()["messages"]) == 1
+        assert metric_values(http)["kpd_pop_forwarded_total{call=pop}"] == before + 1
+        assert answer.headers.get("connection") != "close"
