@@ -48,7 +48,7 @@ from foundation.state_follower import StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache, message_limit_of
-from foundation.transactions import RecordsRefused, RefusalUnknown
+from foundation.transactions import RecordsRefused, RefusalUnknown, Transaction
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +63,8 @@ SLIDE_MS = 250
 WINDOW_PAYLOAD_BYTES = 16 * 1024 * 1024
 PAYLOAD_READ_CHUNK = 1000  # ids per multi-get when the window slides
 TRACKED_AFTER_FAILURE_S = 5.0
+FENCE_PROBE_S = 0.5  # while handing over
+CATCH_UP_S = 120.0  # reading a shard's schedules before and after the fence, each
 MAX_WAIT_S = 0.05  # longest poll when nothing is due (also bounds shutdown and demotion time)
 
 
@@ -90,6 +92,7 @@ class DelayLeader:
         self._admin = AdminClient(deps.client_config)  # asks a refusing topic for its limit
         self._health = health
         self._buffer, self._inbox = settings.buffer_topic, settings.state_topic("delay-inbox")
+        self._election = settings.state_topic("leader")  # one partition per shard
         limits = Limits(
             max_delay_ms=settings.max_delay_ms,
             max_record_bytes=settings.max_record_bytes,
@@ -114,6 +117,7 @@ class DelayLeader:
         # Steps run untracked (no delivery report per record) until one fails: then steps are
         # tracked for a while, so the redo that meets the refused record again names it.
         self._tracked_until = 0.0
+        self._handing_over, self._probed_at = False, 0.0  # see hand_over
         self._window = WindowPayloads(WINDOW_PAYLOAD_BYTES)
         self._writes = StepWrites(settings, self._index, self._window, self._refused)
         timers = (self._add_timer, self._wheel.remove)
@@ -122,9 +126,10 @@ class DelayLeader:
         self._dispatch = Dispatch(self._writes, topics)
 
     def start(self) -> None:
-        """Fence older leaders of this shard, read the state they left, then take over its
-        buffer and inbox partitions."""
-        self._producer.init_transactions(self._timeout_s)
+        """Read the shard's schedules while its previous leader may still deliver them (it
+        goes on until fenced, `sidecar.conductor`), fence it, read the rest it left, then take
+        over the shard's buffer and inbox partitions. A member whose index did not follow the
+        shard thus reads most of it before the shard stops delivering, not after."""
         shards = self._index.shards
         follower = StateFollower(
             self._deps.client_config,
@@ -134,7 +139,9 @@ class DelayLeader:
         )
         try:
             follower.assign()
-            follower.catch_up(timeout_s=120, beat=self._health.beat)
+            follower.approach(timeout_s=CATCH_UP_S, beat=self._health.beat)
+            self._producer.init_transactions(self._timeout_s)
+            follower.catch_up(timeout_s=CATCH_UP_S, beat=self._health.beat)
         finally:
             follower.close()
         self._reader.assign((self._buffer, self._inbox), shards)
@@ -181,6 +188,24 @@ class DelayLeader:
             return
         if step.txn_used:
             self._applied(step)
+        elif self._handing_over and time.monotonic() - self._probed_at >= FENCE_PROBE_S:
+            self._probe_fence()
+
+    def hand_over(self) -> None:
+        """The shard is another member's now: deliver on until it fences this leader, and
+        learn of the fence soon even while idle (a step that writes nothing never meets it)."""
+        self._handing_over = True
+
+    def _probe_fence(self) -> None:
+        """A transaction of one record on the shard's partition of the election topic, which
+        nothing reads: the broker refuses it once the new owner has fenced this producer. (The
+        buffer offsets will not do: an idle reader has none to send, and librdkafka then sends
+        nothing.)"""
+        self._probed_at = time.monotonic()
+        txn = Transaction(self._producer, self._timeout_s)
+        node = self._deps.settings.node_id
+        txn.produce(self._election, node, b"fence probe", partition=self.shard)
+        txn.commit()
 
     def _ingest_all(self, chunk: list[Message], first: First, step: Step) -> None:
         """Ingest up to INGEST_BATCH records, read INGEST_CHUNK at a time, each dropped as soon
@@ -236,6 +261,8 @@ class DelayLeader:
 
     def _rewind(self, first: First, step: Step) -> None:
         """Undo an aborted step: its records are consumed and its due schedules taken again."""
+        if self._handing_over:  # a new producer would fence the shard's new owner
+            raise RuntimeError(f"shard {self.shard} is handed over: its step is not redone here")
         # The refused batch used up sequence numbers the broker never accepted: only a new
         # producer epoch lets the next transaction write that partition again.
         self._producer = transactional_producer(self._producer_config, self._transactional_id)

@@ -2,7 +2,9 @@
 
 Every sidecar runs this while it is not the leader, so a standby's index stays hot; a new leader
 runs `catch_up()` once, after fencing the old one, so it starts from everything the old leader
-committed. Reads are `read_committed`: aborted writes of a crashed leader never reach the index.
+committed (and `approach()` before the fence, while the old leader still delivers, so little is
+left to read after it). Reads are `read_committed`: aborted writes of a crashed leader never
+reach the index.
 The next offset per partition is stored in the same RocksDB batch as the state it produced, so a
 restart resumes exactly where the index stands.
 """
@@ -23,6 +25,8 @@ log = structlog.get_logger(__name__)
 
 OFFSETS_CF = "offsets"
 Applier = Callable[[Batch, Sequence[Message]], None]
+# A writer alive commits every step; this long without a record, what is left is held back.
+APPROACH_QUIET_S = 0.25
 
 
 class StateFollower:
@@ -71,13 +75,35 @@ class StateFollower:
 
     def catch_up(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
         """Return once every partition is read up to its end (as of now); `beat` per poll."""
+        behind = self._read_to_ends(timeout_s, beat, quiet_s=None)
+        if behind:
+            raise TimeoutError(f"state topics not caught up: {behind}")
+        if not self.caught_up:
+            log.info("state caught up", partitions=len(self._assignment))
+        self.caught_up = True
+
+    def approach(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
+        """Read towards the partitions' ends (as of now) while their writer may still write:
+        it has not been fenced yet. Stops early once nothing arrives for `APPROACH_QUIET_S`:
+        an open transaction of a writer that died holds the rest back until it is fenced.
+        `catch_up` reads what is left, after the fence."""
+        behind = self._read_to_ends(timeout_s, beat, quiet_s=APPROACH_QUIET_S)
+        log.info("state approached before the fence", behind=len(behind))
+
+    def _read_to_ends(
+        self, timeout_s: float, beat: Callable[[], None], quiet_s: float | None
+    ) -> list[TopicPartition]:
+        """Apply records until every partition reaches its end as of now; the partitions still
+        behind when `timeout_s` passed, or when `quiet_s` passed without a record."""
         deadline = time.monotonic() + timeout_s
         ends = {(tp.topic, tp.partition): self._end(tp, deadline) for tp in self._assignment}
         # Until its first fetch a partition's position is invalid (< 0): start from the offset
         # it was assigned at (0 for "from the beginning").
         start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in self._assignment}
+        heard = time.monotonic()
         while True:
-            self.poll_once(0.05)
+            if self.poll_once(0.05):
+                heard = time.monotonic()
             beat()
             positions = self._consumer.position(self._assignment)
             behind = [
@@ -85,13 +111,9 @@ class StateFollower:
                 for tp in positions
                 if max(tp.offset, start[(tp.topic, tp.partition)]) < ends[(tp.topic, tp.partition)]
             ]
-            if not behind:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"state topics not caught up: {behind}")
-        if not self.caught_up:
-            log.info("state caught up", partitions=len(self._assignment))
-        self.caught_up = True
+            now = time.monotonic()
+            if not behind or now > deadline or (quiet_s is not None and now - heard > quiet_s):
+                return behind
 
     def close(self) -> None:
         self._consumer.close()

@@ -18,7 +18,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import structlog
 from confluent_kafka import KafkaException
@@ -80,6 +80,15 @@ class Role(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class HandsOver(Protocol):
+    """A role that can go on after its shard moved to another member, until that member fences
+    it (`Supervisor.release`)."""
+
+    def hand_over(self) -> None:
+        """From now on, find out soon that the new owner fenced this role, even while idle."""
+
+
 def failure_reason(error: BaseException) -> str:
     """A short, bounded label for the metric: the Kafka error name, else the exception type."""
     if isinstance(error, KafkaException) and error.args:
@@ -90,17 +99,34 @@ def failure_reason(error: BaseException) -> str:
 
 
 class Supervisor:
-    """Runs `make(health)`'s role in a thread until `stop()`; restarts it after any failure."""
+    """Runs `make(health)`'s role in a thread until `stop()`; restarts it after any failure,
+    unless released."""
 
     def __init__(self, health: LoopHealth, make: Callable[[LoopHealth], Role]) -> None:
         self.health = health
         self._make = make
         self._stop = threading.Event()
+        self._released = threading.Event()
         self._thread = threading.Thread(target=self._run, name=health.name, daemon=True)
         self.role: Role | None = None  # the running instance, once started
 
     def start(self) -> None:
         self._thread.start()
+
+    def release(self) -> bool:
+        """The shard is another member's now: let a started role that can hand over go on until
+        it fails (the new owner's fence), then end instead of restarting; False if the role
+        cannot (not started, or not a `HandsOver`), for the caller to stop it."""
+        role = self.role
+        if not isinstance(role, HandsOver):
+            return False
+        self._released.set()
+        role.hand_over()
+        return True
+
+    @property
+    def ended(self) -> bool:
+        return not self._thread.is_alive()
 
     def stop(self, timeout_s: float) -> bool:
         """Ask the role to stop after its step; False if it did not end within `timeout_s`."""
@@ -129,6 +155,12 @@ class Supervisor:
                     health.beat()
                     role.step()
             except Exception as error:
+                if self._released.is_set():
+                    log.info(
+                        "handed over", role=health.role, shard=health.shard,
+                        reason=failure_reason(error),
+                    )  # fmt: skip
+                    return  # the new owner fenced it
                 attempt = 0 if time.monotonic() - started > HEALTHY_AFTER_S else attempt
                 self._failed(error)
                 attempt += 1

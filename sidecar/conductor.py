@@ -3,8 +3,10 @@
 For each shard the group assigns here, the standby stops following that shard's partitions and
 two supervised roles start: its delay leader and its pop service, each with its own
 transactional producer (fencing is per shard and role) and its own restarts, so a failure in one
-never rebuilds another. When a shard moves away its roles stop. RocksDB thus has one writer per
-shard at a time.
+never rebuilds another. When a shard moves away its pop role stops, and its delay role delivers
+on until the new owner, having read the shard's schedules, fences it (a handover; the same when
+this worker leaves the group). RocksDB thus has one writer per shard at a time: the standby
+leaves the shards of those roles alone.
 
 The standby keeps the pop state of only the shards this worker would take over next (the process
 chooses them: its predecessor's in the ring of members), as Kafka Streams keeps one standby
@@ -33,6 +35,9 @@ from revive.service import PopService
 log = structlog.get_logger(__name__)
 
 STOP_TIMEOUT_S = 30.0
+# How long a shard's old delay role may deliver after the group moved the shard: the new owner's
+# reading before its fence, with room (about 60,000 schedule records a second on 2 cores).
+HANDOVER_S = 120.0
 RELEASED_EVERY_S = 2.0  # how often the standby forgets checkpoints their leaders released
 STANDBY = -1  # the standby's "shard" in metrics and logs: it serves all the others
 Make = Callable[[int, LoopHealth], Role]
@@ -80,8 +85,13 @@ class Conductor:
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
         self._led: dict[int, dict[str, Supervisor]] = {}
-        # The standby with the shards it follows, replaced as one, for readers on other threads.
+        # Delay roles of shards the group moved away, delivering until the new owner fences
+        # them, with when to stop them anyway.
+        self._handing_over: dict[int, tuple[Supervisor, float]] = {}
+        # The standby with the shards it follows, replaced as one, for readers on other threads,
+        # and the shards whose schedules it leaves to roles here (led or handing over).
         self._standby: tuple[Supervisor, frozenset[int]] | None = None
+        self._standby_skips: frozenset[int] = frozenset()
         self._caught_up_once = False
 
     @property
@@ -90,25 +100,31 @@ class Conductor:
 
     def reconcile(self, owned: frozenset[int], follow: frozenset[int]) -> None:
         """Make the running roles match the shards this worker is to lead, and the standby the
-        shards it is to follow (never one it leads)."""
-        follow -= owned
-        followed = self._standby[1] if self._standby is not None else frozenset()
-        if owned == self.led and follow == followed and self._standby is not None:
+        shards it is to follow (never one whose schedules a role here writes)."""
+        self._end_handovers()
+        for shard in owned & self._handing_over.keys():  # moved back here: start afresh
+            self._stop(self._handing_over.pop(shard)[0])
+        if (
+            owned == self.led
+            and self._standby is not None
+            and follow - self._standby_skips == self._standby[1]
+            and owned | self._handing_over.keys() == self._standby_skips
+        ):
             return
         for shard in owned ^ self.led:
             SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
+        IS_LEADER.set(int(bool(owned)))
+        self._hand_over(self.led - owned, time.monotonic() + HANDOVER_S)
+        skips = owned | self._handing_over.keys()
+        follow -= skips
+        followed = self._standby[1] if self._standby is not None else frozenset()
         for shard in follow ^ followed:
             SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
-        IS_LEADER.set(int(bool(owned)))
-        for shard in sorted(self.led - owned):
-            for supervisor in self._led.pop(shard).values():
-                self._stop(supervisor)
-            log.info("stopped leading", shard=shard)
         self._stop_standby()  # it followed the shards now led here: it must stop writing them
         standby = self._supervise(
-            "standby", STANDBY, lambda health: self._make_standby(owned, follow, health)
+            "standby", STANDBY, lambda health: self._make_standby(skips, follow, health)
         )
-        self._standby = (standby, follow)
+        self._standby, self._standby_skips = (standby, follow), skips
         for shard in sorted(owned - self.led):
             self._led[shard] = {
                 name: self._supervise(name, shard, _bound(make, shard))
@@ -116,10 +132,23 @@ class Conductor:
             }
             log.info("leading", shard=shard)
 
+    def leave(self, timeout_s: float, others: Callable[[], bool]) -> None:
+        """This worker left the group: its shards' delay roles deliver until their new owners
+        fence them, for up to `timeout_s`, or until `others()` says no member is left to take
+        them (the workers of a sidecar stop together)."""
+        deadline = time.monotonic() + timeout_s
+        self._hand_over(self.led, deadline)
+        while self._handing_over and time.monotonic() < deadline and others():
+            time.sleep(0.05)
+            self._end_handovers()
+
     def stop(self) -> None:
         for shard in list(self._led):
             for supervisor in self._led.pop(shard).values():
                 self._stop(supervisor)
+        for supervisor, _ in self._handing_over.values():
+            self._stop(supervisor)
+        self._handing_over.clear()
         self._stop_standby()
 
     def started(self, shard: int) -> bool:
@@ -149,6 +178,28 @@ class Conductor:
         if standby is not None and standby[0].role is not None:
             self._caught_up_once = True
         return self._caught_up_once
+
+    def _hand_over(self, shards: frozenset[int], until: float) -> None:
+        """Stop leading `shards`: their started delay roles go on until fenced (or `until`), as
+        Kafka Streams' warm-up replicas let the old owner serve while the new one catches up:
+        a new owner whose index did not follow a shard reads it before it fences (`DelayLeader
+        .start`), and the shard delivers meanwhile. Every other role stops now."""
+        for shard in sorted(shards):
+            for supervisor in self._led.pop(shard).values():
+                if supervisor.release():
+                    self._handing_over[shard] = (supervisor, until)
+                else:
+                    self._stop(supervisor)
+            log.info("stopped leading", shard=shard, handing_over=shard in self._handing_over)
+
+    def _end_handovers(self) -> None:
+        """Forget the roles the new owner fenced; stop those it did not fence in time."""
+        now = time.monotonic()
+        for shard, (supervisor, until) in list(self._handing_over.items()):
+            if supervisor.ended or now >= until:
+                del self._handing_over[shard]
+                self._stop(supervisor)
+                log.info("handover ended", shard=shard, fenced=supervisor.ended)
 
     def _supervise(self, name: str, shard: int, make: Callable[[LoopHealth], Role]) -> Supervisor:
         supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make)

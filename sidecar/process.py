@@ -52,7 +52,10 @@ log = structlog.get_logger(__name__)
 
 SETUP_RETRY_S = 1.0
 EXIT_STALLED = 75  # EX_TEMPFAIL: the worker supervisor (or compose) starts a fresh process
-HEAL_AFTER_S = 15.0  # unready this long from broken clients while fresh ones work: restart
+HEAL_AFTER_S = 15.0
+# A stopping worker's shards deliver from here until their new owners fence them, this long at
+# most: well within the 18 s a stop may take (`sidecar.run`).
+HANDOVER_ON_STOP_S = 5.0  # unready this long from broken clients while fresh ones work: restart
 
 
 class Sidecar:
@@ -191,8 +194,10 @@ class Sidecar:
                 self._conductor.reconcile(lead, self._next_to_take())
                 self.membership.changed.wait(0.1)
         finally:
+            self.membership.stop()  # leave first: the group moves this worker's shards at once
+            # Their new owners read them before they fence the roles here.
+            self._conductor.leave(HANDOVER_ON_STOP_S, self._others_in_group)
             self._conductor.stop()
-            self.membership.stop()
             for helper in (self._owners, self._successor, self.broker_clock):
                 if helper is not None:
                     helper.stop()
@@ -221,6 +226,11 @@ class Sidecar:
         self._owners.start()
         if self._successor is not None:
             self._successor.start()
+
+    def _others_in_group(self) -> bool:
+        """Are other members in the group, as last seen (refreshed every second)?"""
+        owners = self._owners
+        return owners is not None and any(member.url != self.url for member in owners.members)
 
     def _next_to_take(self) -> frozenset[int]:
         """The shards this worker would take over next, so its standby keeps their pop state hot

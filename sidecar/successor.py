@@ -7,7 +7,8 @@ when the probes fail `FAILURES` times in a row it starts the predecessor's shard
 roles' `init_transactions` fence the predecessor's transactional ids, so a paused predecessor
 that wakes up can never write again: never two writers, never a duplicate. Once the group has
 reassigned the shards (to this member or another, which then fences it in turn), or the
-predecessor answers again, the early takeover ends and the group's word holds.
+predecessor answers again, the early takeover ends and the group's word holds (the delay roles
+hand over: they deliver until the shards' new owner fences them, `sidecar.conductor`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import threading
 import time
 
 from kafka_helpers import wait_for
+from role_helpers import HandingRole
 
 from foundation import supervision
 from foundation.metrics import LEADER_RESTARTS, LOOP_STALLED
@@ -140,3 +141,35 @@ def test_a_stalled_loop_says_which_call_it_is_stuck_in() -> None:
     finally:
         release.set()
         assert supervisor.stop(timeout_s=5)
+
+
+def test_a_released_role_goes_on_until_fenced_then_ends_without_a_restart(monkeypatch) -> None:
+    monkeypatch.setattr(supervision, "BACKOFF_S", (0.01,))
+    made: list[HandingRole] = []
+
+    def make(_: LoopHealth) -> HandingRole:
+        made.append(HandingRole())
+        return made[-1]
+
+    supervisor = Supervisor(LoopHealth("handing", 5), make)
+    supervisor.start()
+    wait_for(lambda: supervisor.role is not None, 5, "the role started")
+    before = restarts("handing", "5", "RuntimeError")
+    assert supervisor.release()
+    assert made[0].handing_over
+    time.sleep(0.05)
+    assert not supervisor.ended  # still delivering: nobody fenced it yet
+    made[0].fenced.set()
+    wait_for(lambda: supervisor.ended, 5, "the fenced role ended")
+    assert len(made) == 1 and made[0].closed  # not made again
+    assert restarts("handing", "5", "RuntimeError") == before  # a handover is no failure
+
+
+def test_a_role_that_cannot_hand_over_is_not_released() -> None:
+    stepped = threading.Event()
+    FlakyRole.made = 0
+    supervisor = Supervisor(LoopHealth("plain", 6), lambda _: FlakyRole(0, stepped))
+    supervisor.start()
+    assert stepped.wait(5)
+    assert not supervisor.release()  # the caller stops it instead
+    assert supervisor.stop(timeout_s=5)

@@ -1,0 +1,83 @@
+"""A shard that moves keeps delivering: its old owner's delay role goes on until the new owner,
+having read the shard's schedules, fences it (real broker, real `kpd run` processes).
+
+Without the handover a moving shard delivered nothing for seconds: the cooperative rebalance
+revokes it from the old owner about 3 s before it assigns it to the new one, and a new owner
+whose index has not read the shard's schedules (here a backlog of far-future ones) reads them
+before it delivers.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+from kafka_helpers import buffer_record, led_shards, metric_values, now_ms, wait_for
+from load_helpers import DelayLoad
+
+pytestmark = pytest.mark.timeout(600)
+SHARDS = 2
+BACKLOG = 400_000  # far-future schedules: some 200,000 records for a member new to a shard
+
+
+def pending(sidecar) -> float:
+    with sidecar.client() as http:
+        values = metric_values(http)
+    return sum(v for k, v in values.items() if k.startswith("kpd_schedules_pending{"))
+
+
+def shards_led(sidecar) -> set[int]:
+    """The shards a sidecar leads; none while its HTTP port is not up yet."""
+    try:
+        return led_shards(sidecar)
+    except httpx.TransportError:
+        return set()
+
+
+def produce_backlog(bootstrap: str, buffer: str, target: str, n: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    due = now_ms() + 3_600_000
+    for i in range(n):
+        key, value, headers = buffer_record(target, value=b"x", deliver_at=due, schedule_id=f"f{i}")
+        while True:
+            try:
+                producer.produce(buffer, value=value, key=key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+def test_shards_moving_to_a_sidecar_and_back_keep_delivering(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    a = sidecar_factory("a", shards=str(SHARDS)).start()
+    wait_for(lambda: led_shards(a) == set(range(SHARDS)), 60, "a leads every shard")
+    buffer = a.env["KPD_BUFFER_TOPIC"]
+    produce_backlog(kafka_bootstrap, buffer, new_topic("far"), BACKLOG)
+    wait_for(lambda: pending(a) == BACKLOG, 180, "a holds the backlog")
+    target = new_topic("moving", config={"message.timestamp.type": "LogAppendTime"})
+    with DelayLoad(kafka_bootstrap, buffer, target) as delay:
+        wait_for(lambda: len(delay.acknowledged) > 100, 60, "load flowing")
+        # Not waiting for c to be ready: it joins the group with an empty index, still reading.
+        c = sidecar_factory("c", shards=str(SHARDS)).start(ready=False)
+        wait_for(lambda: len(shards_led(c)) == 1 == len(led_shards(a)), 60, "c takes a shard")
+        joined = len(delay.acknowledged)
+        wait_for(lambda: len(delay.acknowledged) > joined + 150, 60, "load after the join")
+        stopping = time.monotonic()
+        assert c.terminate(signal.SIGTERM) == 0
+        stop_s = time.monotonic() - stopping
+        wait_for(lambda: led_shards(a) == set(range(SHARDS)), 30, "a leads every shard again")
+        left = len(delay.acknowledged)
+        wait_for(lambda: len(delay.acknowledged) > left + 150, 60, "load after c left")
+    messages = delay.assert_delivered(quiet_s=3.0)
+    late = sorted(m.timestamp()[1] - int(dict(m.headers())["kpd-deliver-at"]) for m in messages)
+    print(
+        f"\n{len(messages)} deliveries while a shard moved to c and back: lateness at the "
+        f"broker p50 {late[len(late) // 2]} ms, max {late[-1]} ms; c stopped in {stop_s:.1f} s"
+    )
+    assert late[-1] < 2_000  # 3 s and more without the handover
+    assert stop_s < 10  # c's stop waited for a's fence, not for its 5 s bound twice over

@@ -1,0 +1,96 @@
+"""Reading a shard's state before and after the fence (`StateFollower.approach` / `catch_up`),
+against a real broker, real transactions and RocksDB."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from confluent_kafka import Message, Producer
+
+from foundation.state_follower import OFFSETS_CF, StateFollower
+from foundation.store import Batch, Store
+
+
+class Applied:
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def __call__(self, _: Batch, messages: Sequence[Message]) -> None:
+        self.values += [m.value() for m in messages]
+
+
+def writer(bootstrap: str, transactional_id: str) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    producer.init_transactions(30)
+    return producer
+
+
+def commit(producer: Producer, topic: str, values: list[bytes]) -> None:
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value=value)
+    producer.commit_transaction(30)
+
+
+def follower(bootstrap: str, tmp_path: Path, topic: str, applied: Applied) -> StateFollower:
+    store = Store(tmp_path / "rocksdb", [OFFSETS_CF])
+    state = StateFollower({"bootstrap.servers": bootstrap}, store, {topic: applied})
+    state.assign()
+    return state
+
+
+def test_approach_stops_at_a_dead_writers_open_transaction_and_catch_up_reads_past_its_fence(
+    new_topic, kafka_bootstrap, tmp_path
+):
+    topic, tid = new_topic("state"), f"tid-{time.monotonic_ns()}"
+    old = writer(kafka_bootstrap, tid)
+    committed = [f"c{i}".encode() for i in range(1000)]
+    commit(old, topic, committed)
+    old.begin_transaction()  # a leader that died mid-step: its transaction stays open
+    for i in range(10):
+        old.produce(topic, value=f"open{i}".encode())
+    old.flush(30)
+    applied = Applied()
+    state = follower(kafka_bootstrap, tmp_path, topic, applied)
+    began = time.monotonic()
+    state.approach(timeout_s=30)
+    took = time.monotonic() - began
+    assert applied.values == committed
+    assert took < 5  # it stopped once nothing came, not at its 30 s bound
+    new = writer(kafka_bootstrap, tid)  # the fence aborts the open transaction
+    commit(new, topic, [b"after"])
+    state.catch_up(timeout_s=30)
+    assert applied.values == [*committed, b"after"]  # nothing of the aborted transaction
+    assert state.caught_up
+    state.close()
+
+
+def test_approach_reads_up_to_the_end_while_the_writer_goes_on(
+    new_topic, kafka_bootstrap, tmp_path
+):
+    topic = new_topic("state")
+    live = writer(kafka_bootstrap, f"tid-{time.monotonic_ns()}")
+    commit(live, topic, [f"a{i}".encode() for i in range(20_000)])
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        i = 0
+        while not stop.is_set():
+            commit(live, topic, [f"b{i}".encode()])
+            i += 1
+
+    thread = threading.Thread(target=keep_writing)
+    thread.start()
+    try:
+        applied = Applied()
+        state = follower(kafka_bootstrap, tmp_path, topic, applied)
+        state.approach(timeout_s=30)
+        assert len(applied.values) >= 20_000  # up to the end as of the start, at least
+        assert applied.values[:20_000] == [f"a{i}".encode() for i in range(20_000)]
+        state.close()
+    finally:
+        stop.set()
+        thread.join()

@@ -1,0 +1,37 @@
+"""Stand-in roles for the supervisor and conductor tests: they step until told they were fenced."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class SteppingRole:
+    """Steps quietly until `fenced` is set, then fails as a fenced producer would."""
+
+    def __init__(self, name: str = "role", shard: int = 0) -> None:
+        self.name, self.shard = name, shard
+        self.fenced = threading.Event()
+        self.closed = False
+
+    def start(self) -> None:
+        pass
+
+    def step(self) -> None:
+        if self.fenced.is_set():
+            raise RuntimeError("fenced")
+        time.sleep(0.005)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class HandingRole(SteppingRole):
+    """A role that can hand over (`foundation.supervision.HandsOver`), as a delay leader can."""
+
+    def __init__(self, name: str = "role", shard: int = 0) -> None:
+        super().__init__(name, shard)
+        self.handing_over = False
+
+    def hand_over(self) -> None:
+        self.handing_over = True

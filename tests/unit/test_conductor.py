@@ -1,0 +1,122 @@
+"""The conductor's handover: a shard moved away keeps its delay role until the new owner fences
+it, while its pop role stops at once and the standby leaves the shard alone (threads only; the
+Kafka side is `tests/integration/test_handover.py`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from kafka_helpers import wait_for
+from role_helpers import HandingRole, SteppingRole
+
+from foundation.supervision import LoopHealth, Watchdog
+from sidecar import conductor
+from sidecar.conductor import Conductor
+
+
+class Fixture:
+    def __init__(self) -> None:
+        self.made: list[SteppingRole] = []
+        self.standbys: list[tuple[frozenset[int], frozenset[int]]] = []  # (skipped, followed)
+        delay, pop = self._maker(HandingRole, "delay"), self._maker(SteppingRole, "pop")
+        roles = {"delay": delay, "pop": pop}
+        watchdog = Watchdog(report_after_s=60, give_up_after_s=120, on_stall=lambda _: None)
+        self.conductor = Conductor(watchdog, roles, self._standby)  # type: ignore[arg-type]
+
+    def _maker(
+        self, kind: type[SteppingRole], name: str
+    ) -> Callable[[int, LoopHealth], SteppingRole]:
+        def make(shard: int, _: LoopHealth) -> SteppingRole:
+            self.made.append(kind(name, shard))
+            return self.made[-1]
+
+        return make
+
+    def _standby(
+        self, skipped: frozenset[int], follow: frozenset[int], _: LoopHealth
+    ) -> SteppingRole:
+        self.standbys.append((skipped, follow))
+        return SteppingRole("standby", -1)
+
+    def running(self, name: str, shard: int) -> list[SteppingRole]:
+        return [r for r in self.made if (r.name, r.shard) == (name, shard) and not r.closed]
+
+    def started(self) -> bool:
+        return all(self.conductor.started(shard) for shard in self.conductor.led)
+
+
+def test_a_moved_shard_delivers_until_fenced_and_its_standby_waits_for_that() -> None:
+    f = Fixture()
+    everything, some = frozenset({0, 1, 2}), frozenset({0, 1})
+    f.conductor.reconcile(everything, frozenset())
+    wait_for(f.started, 5, "roles started")
+    f.conductor.reconcile(some, everything)  # shard 2 moved to another member
+    assert f.conductor.led == some
+    (delay,) = f.running("delay", 2)
+    assert delay.handing_over
+    assert f.running("pop", 2) == []  # the pop role stops at once
+    assert f.standbys[-1] == (everything, frozenset())  # shard 2 is still written here
+    f.conductor.reconcile(some, everything)
+    assert not delay.closed  # not fenced yet: it goes on
+    delay.fenced.set()
+    wait_for(lambda: delay.closed, 5, "the fenced role closed")
+    f.conductor.reconcile(some, everything)
+    assert f.standbys[-1] == (some, frozenset({2}))  # now the standby follows it
+    f.conductor.stop()
+
+
+def test_a_shard_moved_back_before_its_fence_starts_afresh() -> None:
+    f = Fixture()
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())
+    wait_for(f.started, 5, "roles started")
+    f.conductor.reconcile(frozenset({0}), frozenset())
+    (old,) = f.running("delay", 1)
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())
+    assert old.closed
+    wait_for(lambda: len(f.running("delay", 1)) == 1 and f.started(), 5, "a fresh delay role")
+    assert f.running("delay", 1)[0] is not old and not f.running("delay", 1)[0].handing_over
+    f.conductor.stop()
+
+
+def test_a_handover_nobody_fences_ends_at_its_bound(monkeypatch) -> None:
+    monkeypatch.setattr(conductor, "HANDOVER_S", 0.2)
+    f = Fixture()
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())
+    wait_for(f.started, 5, "roles started")
+    f.conductor.reconcile(frozenset({0}), frozenset())
+    (delay,) = f.running("delay", 1)
+    time.sleep(0.3)
+    f.conductor.reconcile(frozenset({0}), frozenset())
+    assert delay.closed
+    f.conductor.stop()
+
+
+def test_leaving_waits_for_the_fences_up_to_a_bound() -> None:
+    f = Fixture()
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())
+    wait_for(f.started, 5, "roles started")
+    delays = [f.running("delay", shard)[0] for shard in (0, 1)]
+    threading.Timer(0.2, lambda: [d.fenced.set() for d in delays]).start()
+    began = time.monotonic()
+    f.conductor.leave(timeout_s=10, others=lambda: True)
+    took = time.monotonic() - began
+    assert all(d.closed for d in delays) and 0.15 < took < 2  # ended by the fences
+    f.conductor.reconcile(frozenset(), frozenset())
+    f.conductor.stop()
+    f2 = Fixture()
+    f2.conductor.reconcile(frozenset({0}), frozenset())
+    wait_for(f2.started, 5, "roles started")
+    began = time.monotonic()
+    f2.conductor.leave(timeout_s=0.3, others=lambda: True)  # nobody fences: the bound
+    assert 0.25 < time.monotonic() - began < 2
+    f2.conductor.stop()
+    assert all(role.closed for role in f2.made)
+    f3 = Fixture()
+    f3.conductor.reconcile(frozenset({0}), frozenset())
+    wait_for(f3.started, 5, "roles started")
+    began = time.monotonic()
+    f3.conductor.leave(timeout_s=10, others=lambda: False)  # nobody left to take the shard
+    assert time.monotonic() - began < 1
+    f3.conductor.stop()
