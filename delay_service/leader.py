@@ -64,6 +64,7 @@ WINDOW_PAYLOAD_BYTES = 16 * 1024 * 1024
 PAYLOAD_READ_CHUNK = 1000  # ids per multi-get when the window slides
 TRACKED_AFTER_FAILURE_S = 5.0
 FENCE_PROBE_S = 0.5  # while handing over
+START_FETCH_WAIT_MS = 10
 CATCH_UP_S = 120.0  # reading a shard's schedules before and after the fence, each
 MAX_WAIT_S = 0.05  # longest poll when nothing is due (also bounds shutdown and demotion time)
 
@@ -136,6 +137,9 @@ class DelayLeader:
             self._store,
             {self._writes.schedules_topic: self._index.apply_messages},
             only=lambda _, partition: shards.of_partition(partition) == self.shard,
+            # At the end of a partition a fetch waits for new records (500 ms by default): the
+            # reading before and after the fence reaches the end once each, on the failover path.
+            consumer_overrides={"fetch.wait.max.ms": START_FETCH_WAIT_MS},
         )
         try:
             follower.assign()

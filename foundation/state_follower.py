@@ -25,8 +25,6 @@ log = structlog.get_logger(__name__)
 
 OFFSETS_CF = "offsets"
 Applier = Callable[[Batch, Sequence[Message]], None]
-# A writer alive commits every step; this long without a record, what is left is held back.
-APPROACH_QUIET_S = 0.25
 
 
 class StateFollower:
@@ -36,12 +34,13 @@ class StateFollower:
         store: Store,
         appliers: dict[str, Applier],
         only: Callable[[str, int], bool] = lambda topic, partition: True,
+        consumer_overrides: dict[str, Any] | None = None,
     ) -> None:
         self._store = store
         self._appliers = appliers
         self.only = only  # which (topic, partition) to follow: a shard's, or those not led here
         self._consumer = state_consumer(
-            client_config, "kpd-state-follower"
+            client_config, "kpd-state-follower", **(consumer_overrides or {})
         )  # assigned, never joins
         self._assignment: list[TopicPartition] = []
         self.caught_up = False
@@ -75,7 +74,7 @@ class StateFollower:
 
     def catch_up(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
         """Return once every partition is read up to its end (as of now); `beat` per poll."""
-        behind = self._read_to_ends(timeout_s, beat, quiet_s=None)
+        behind = self._read_to_ends(timeout_s, beat)
         if behind:
             raise TimeoutError(f"state topics not caught up: {behind}")
         if not self.caught_up:
@@ -83,43 +82,39 @@ class StateFollower:
         self.caught_up = True
 
     def approach(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
-        """Read towards the partitions' ends (as of now) while their writer may still write:
-        it has not been fenced yet. Stops early once nothing arrives for `APPROACH_QUIET_S`:
-        an open transaction of a writer that died holds the rest back until it is fenced.
-        `catch_up` reads what is left, after the fence."""
-        behind = self._read_to_ends(timeout_s, beat, quiet_s=APPROACH_QUIET_S)
-        log.info("state approached before the fence", behind=len(behind))
+        """Read up to the partitions' ends as of now while their writer may still write (it has
+        not been fenced yet); after `timeout_s`, give up quietly: `catch_up` reads what is left,
+        after the fence. A writer that died mid-transaction does not hold this up: the end a
+        read_committed consumer is given is the last stable offset, before that transaction."""
+        behind = self._read_to_ends(timeout_s, beat)
+        log.info("state read before the fence", behind=len(behind))
 
-    def _read_to_ends(
-        self, timeout_s: float, beat: Callable[[], None], quiet_s: float | None
-    ) -> list[TopicPartition]:
+    def _read_to_ends(self, timeout_s: float, beat: Callable[[], None]) -> list[TopicPartition]:
         """Apply records until every partition reaches its end as of now; the partitions still
-        behind when `timeout_s` passed, or when `quiet_s` passed without a record."""
+        behind if `timeout_s` passed first."""
         deadline = time.monotonic() + timeout_s
         ends = {(tp.topic, tp.partition): self._end(tp, deadline) for tp in self._assignment}
         # Until its first fetch a partition's position is invalid (< 0): start from the offset
         # it was assigned at (0 for "from the beginning").
         start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in self._assignment}
-        heard = time.monotonic()
         while True:
-            if self.poll_once(0.05):
-                heard = time.monotonic()
-            beat()
             positions = self._consumer.position(self._assignment)
             behind = [
                 tp
                 for tp in positions
                 if max(tp.offset, start[(tp.topic, tp.partition)]) < ends[(tp.topic, tp.partition)]
             ]
-            now = time.monotonic()
-            if not behind or now > deadline or (quiet_s is not None and now - heard > quiet_s):
+            if not behind or time.monotonic() > deadline:
                 return behind
+            self.poll_once(0.05)
+            beat()
 
     def close(self) -> None:
         self._consumer.close()
 
     def _end(self, tp: TopicPartition, deadline: float) -> int:
-        """The partition's end; a partition just created answers "not leader" for a moment."""
+        """The partition's end (for this read_committed consumer, the last stable offset); a
+        partition just created answers "not leader" for a moment."""
         while True:
             try:
                 return int(self._consumer.get_watermark_offsets(tp, timeout=10)[1])

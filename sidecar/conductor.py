@@ -104,27 +104,23 @@ class Conductor:
         self._end_handovers()
         for shard in owned & self._handing_over.keys():  # moved back here: start afresh
             self._stop(self._handing_over.pop(shard)[0])
-        if (
-            owned == self.led
-            and self._standby is not None
-            and follow - self._standby_skips == self._standby[1]
-            and owned | self._handing_over.keys() == self._standby_skips
-        ):
-            return
         for shard in owned ^ self.led:
             SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
         IS_LEADER.set(int(bool(owned)))
         self._hand_over(self.led - owned, time.monotonic() + HANDOVER_S)
+        # A shard handed over stays out of the standby until its role here ends: the standby
+        # restarts once per move, when the shard is fenced away, not also when it is revoked.
         skips = owned | self._handing_over.keys()
         follow -= skips
         followed = self._standby[1] if self._standby is not None else frozenset()
-        for shard in follow ^ followed:
-            SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
-        self._stop_standby()  # it followed the shards now led here: it must stop writing them
-        standby = self._supervise(
-            "standby", STANDBY, lambda health: self._make_standby(skips, follow, health)
-        )
-        self._standby, self._standby_skips = (standby, follow), skips
+        if self._standby is None or follow != followed or skips != self._standby_skips:
+            for shard in follow ^ followed:
+                SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
+            self._stop_standby()  # it may follow shards now led here: it must stop writing them
+            standby = self._supervise(
+                "standby", STANDBY, lambda health: self._make_standby(skips, follow, health)
+            )
+            self._standby, self._standby_skips = (standby, follow), skips
         for shard in sorted(owned - self.led):
             self._led[shard] = {
                 name: self._supervise(name, shard, _bound(make, shard))
