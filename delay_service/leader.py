@@ -143,9 +143,9 @@ class DelayLeader:
         )
         try:
             follower.assign()
-            follower.approach(timeout_s=CATCH_UP_S, beat=self._health.beat)
+            follower.approach(timeout_s=CATCH_UP_S, beat=self._health.beat_unless_stopping)
             self._producer.init_transactions(self._timeout_s)
-            follower.catch_up(timeout_s=CATCH_UP_S, beat=self._health.beat)
+            follower.catch_up(timeout_s=CATCH_UP_S, beat=self._health.beat_unless_stopping)
         finally:
             follower.close()
         self._reader.assign((self._buffer, self._inbox), shards)

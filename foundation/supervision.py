@@ -35,6 +35,10 @@ BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 HEALTHY_AFTER_S = 30.0  # a role that ran this long without failing starts its backoff afresh
 
 
+class StopRequested(Exception):
+    """A loop's long start gave up because its supervisor is stopping it."""
+
+
 class LoopHealth:
     """Liveness of one loop: when it last made progress, and what record it was handling."""
 
@@ -46,6 +50,7 @@ class LoopHealth:
         self.restarts: deque[float] = deque(maxlen=CRASH_LOOP_RESTARTS + 1)
         self.last_failure: str | None = None
         self.thread_id: int | None = None  # the thread running the loop, for a stack when stalled
+        self.stop_requested = False  # set by the supervisor's stop (`beat_unless_stopping`)
 
     @property
     def name(self) -> str:
@@ -53,6 +58,14 @@ class LoopHealth:
 
     def beat(self) -> None:
         self.last_beat = time.monotonic()
+
+    def beat_unless_stopping(self) -> None:
+        """A beat for long starts (catching up on a state topic): once the supervisor is asked
+        to stop, raise instead, so the caller (who waits for the stop) is not held up to the
+        end of the reading."""
+        self.beat()
+        if self.stop_requested:
+            raise StopRequested(self.name)
 
     def handling(self, topic: str, partition: int, offset: int) -> None:
         self.current = f"{topic}/{partition}@{offset}"
@@ -129,7 +142,9 @@ class Supervisor:
         return not self._thread.is_alive()
 
     def stop(self, timeout_s: float) -> bool:
-        """Ask the role to stop after its step; False if it did not end within `timeout_s`."""
+        """Ask the role to stop after its step (or its start's next beat); False if it did not
+        end within `timeout_s`."""
+        self.health.stop_requested = True
         self._stop.set()
         self._thread.join(timeout=timeout_s)
         return not self._thread.is_alive()
@@ -154,6 +169,8 @@ class Supervisor:
                 while not self._stop.is_set():
                     health.beat()
                     role.step()
+            except StopRequested:
+                return
             except Exception as error:
                 if self._released.is_set():
                     log.info(

@@ -61,7 +61,7 @@ class Standby:
     def start(self) -> None:
         self._follower.assign()  # from the stored positions (a former leader stored its own)
         self._pops.follow(self._reader, self._shards)
-        self._follower.catch_up(timeout_s=300, beat=self._health.beat)
+        self._follower.catch_up(timeout_s=300, beat=self._health.beat_unless_stopping)
 
     def step(self) -> None:
         self._follower.poll_once(0.05)

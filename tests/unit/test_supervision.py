@@ -6,7 +6,7 @@ import threading
 import time
 
 from kafka_helpers import wait_for
-from role_helpers import HandingRole
+from role_helpers import HandingRole, SteppingRole
 
 from foundation import supervision
 from foundation.metrics import LEADER_RESTARTS, LOOP_STALLED
@@ -173,3 +173,36 @@ def test_a_role_that_cannot_hand_over_is_not_released() -> None:
     assert stepped.wait(5)
     assert not supervisor.release()  # the caller stops it instead
     assert supervisor.stop(timeout_s=5)
+
+
+class SlowStart(SteppingRole):
+    """Starts by reading for a minute, beating as it goes (a catch-up on a long state topic)."""
+
+    def __init__(self, health: LoopHealth) -> None:
+        super().__init__("slow", health.shard)
+        self.health = health
+
+    def start(self) -> None:
+        until = time.monotonic() + 60
+        while time.monotonic() < until:
+            self.health.beat_unless_stopping()
+            time.sleep(0.01)
+
+
+def test_stopping_a_role_still_starting_does_not_wait_for_its_start() -> None:
+    made: list[SlowStart] = []
+    health = LoopHealth("slow", 9)  # the supervisor passes it to make()
+
+    def make(health: LoopHealth) -> SlowStart:
+        made.append(SlowStart(health))
+        return made[-1]
+
+    before = restarts("slow", "9", "StopRequested")
+    supervisor = Supervisor(health, make)
+    supervisor.start()
+    wait_for(lambda: made, 5, "the role is starting")
+    began = time.monotonic()
+    assert supervisor.stop(timeout_s=30)
+    assert time.monotonic() - began < 1  # at its next beat, not after its minute of reading
+    assert made[0].closed and len(made) == 1
+    assert restarts("slow", "9", "StopRequested") == before  # a stop is no failure
