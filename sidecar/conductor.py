@@ -192,10 +192,11 @@ class Conductor:
         """Forget the roles the new owner fenced; stop those it did not fence in time."""
         now = time.monotonic()
         for shard, (supervisor, until) in list(self._handing_over.items()):
-            if supervisor.ended or now >= until:
+            fenced = supervisor.ended  # read before the stop, which ends it either way
+            if fenced or now >= until:
                 del self._handing_over[shard]
                 self._stop(supervisor)
-                log.info("handover ended", shard=shard, fenced=supervisor.ended)
+                log.info("handover ended", shard=shard, fenced=fenced)
 
     def _supervise(self, name: str, shard: int, make: Callable[[LoopHealth], Role]) -> Supervisor:
         supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make)

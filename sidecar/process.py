@@ -52,10 +52,10 @@ log = structlog.get_logger(__name__)
 
 SETUP_RETRY_S = 1.0
 EXIT_STALLED = 75  # EX_TEMPFAIL: the worker supervisor (or compose) starts a fresh process
-HEAL_AFTER_S = 15.0
+HEAL_AFTER_S = 15.0  # unready this long from broken clients while fresh ones work: restart
 # A stopping worker's shards deliver from here until their new owners fence them, this long at
 # most: well within the 18 s a stop may take (`sidecar.run`).
-HANDOVER_ON_STOP_S = 5.0  # unready this long from broken clients while fresh ones work: restart
+HANDOVER_ON_STOP_S = 5.0
 
 
 class Sidecar:
