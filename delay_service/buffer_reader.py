@@ -19,8 +19,15 @@ from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from delay_service import metrics
 from delay_service.ingest_turns import IngestTurns
-from foundation.kafka_clients import HELD_FETCH_MS, consume_ready, state_consumer
+from foundation.kafka_clients import consume_ready, state_consumer
 from foundation.shards import ShardMap
+
+# How long the broker holds an empty fetch of a buffer reader (kpd's others hold 100 ms,
+# `HELD_FETCH_MS`). A record that arrives answers a held fetch at once; the wait only delays a
+# partition assigned or sought while a fetch is held, and a buffer reader is assigned once and
+# seeks only to redo a refused step. With 8 shards led, 100 ms cost an idle broker some 0.03
+# cores (BENCHMARKS.md, 2026-11-26 11:00).
+BUFFER_FETCH_WAIT_MS = 500
 
 INGEST_CHUNK = 64  # records read at a time (see above)
 
@@ -38,7 +45,7 @@ class BufferReader:
     ) -> None:
         self.shard, self._turns, self._timeout_s = shard, turns, timeout_s
         self._consumer = state_consumer(
-            client_config, group_id, **{"fetch.wait.max.ms": HELD_FETCH_MS}
+            client_config, group_id, **{"fetch.wait.max.ms": BUFFER_FETCH_WAIT_MS}
         )
         self._assignment: list[TopicPartition] = []
         self._held: tuple[list[Message], First] | None = None

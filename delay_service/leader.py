@@ -66,7 +66,10 @@ TRACKED_AFTER_FAILURE_S = 5.0
 FENCE_PROBE_S = 0.5  # while handing over
 START_FETCH_WAIT_MS = 10
 CATCH_UP_S = 120.0  # reading a shard's schedules before and after the fence, each
-MAX_WAIT_S = 0.05  # longest poll when nothing is due (also bounds shutdown and demotion time)
+# The longest a step waits for records when nothing comes due sooner: records, and the turn to
+# ingest them, end a wait at once, so this bounds only a stop and the fence probe's period. At
+# 50 ms eight idle shards woke a worker 160 times a second (BENCHMARKS.md, 2026-11-26 11:00).
+MAX_WAIT_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -297,7 +300,7 @@ class DelayLeader:
                     return
 
     def _wait_s(self) -> float:
-        """Sleep in the consumer until the next timer or the next window slide, at most 50 ms."""
+        """Sleep in the consumer until the next timer or window slide, at most MAX_WAIT_S."""
         now = now_ms()
         wake = self._loaded_until - WINDOW_MS + SLIDE_MS
         expiry = self._wheel.next_expiry_ms()

@@ -141,11 +141,14 @@ class Supervisor:
     def ended(self) -> bool:
         return not self._thread.is_alive()
 
-    def stop(self, timeout_s: float) -> bool:
-        """Ask the role to stop after its step (or its start's next beat); False if it did not
-        end within `timeout_s`."""
+    def request_stop(self) -> None:
+        """Ask the role to stop after its step (or its start's next beat), without waiting."""
         self.health.stop_requested = True
         self._stop.set()
+
+    def stop(self, timeout_s: float) -> bool:
+        """`request_stop`, then wait; False if the role did not end within `timeout_s`."""
+        self.request_stop()
         self._thread.join(timeout=timeout_s)
         return not self._thread.is_alive()
 

@@ -26,6 +26,7 @@ API (``now_ms`` / deadlines are epoch ms; statuses are the strings of DESIGN.md)
   loop may already be requeuing it), so that answers ``superseded``.
 * ``expired(now_ms)`` -> ``[(cp, offset, delivery_count)]`` of unsettled leases whose deadline
   passed, each reported once; the caller settles them as ``REQUEUED`` or ``DEAD_LETTERED``.
+  ``next_deadline_ms()`` says when to look again (a lower bound).
 * ``delivery_count(cp, offset)``, ``in_flight()``, ``low_watermark(cursor)`` (the offset to
   commit: smallest leased-but-unsettled offset, else ``cursor``).
 
@@ -273,6 +274,11 @@ class PartitionLedger:
         # The entry for the old deadline stays in the heap; expired() checks the real deadline.
         heapq.heappush(self._heap, (deadline_ms, checkpoint_id))
         return OK
+
+    def next_deadline_ms(self) -> int | None:
+        """No lease here ends before this (None: none may end). A bound, not always a deadline:
+        the entries of changed or settled leases stay until their time passes."""
+        return self._heap[0][0] if self._heap else None
 
     def expired(self, now_ms: int) -> list[tuple[int, int, int]]:
         """Unsettled leases with deadline <= ``now_ms`` not reported before, in deadline order."""

@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 from confluent_kafka import TopicPartition
 
+from foundation.clock import now_ms
 from foundation.config import Settings
 from foundation.kafka_clients import release_producer, transactional_producer
 from foundation.shards import ShardMap
@@ -53,10 +54,11 @@ log = structlog.get_logger(__name__)
 
 # How often the thread looks for new records between requests: often while a long poll of this
 # worker waits for some (it must wake as soon as they arrive), rarely while none does, since a pop
-# moves what was fetched into the lanes itself. Every idle shard woke 200 times a second: about
-# 0.15 of a core per worker with 8 shards and nothing to do (BENCHMARKS.md, 2026-11-25 21:00).
+# moves what was fetched into the lanes itself; and when the next lease ends. Every idle shard
+# woke 200 times a second: about 0.15 of a core per worker with 8 shards and nothing to do
+# (BENCHMARKS.md, 2026-11-25 21:00); 20 times a second, some 0.01 (2026-11-26 11:00).
 IDLE_WAIT_S = 0.005
-QUIET_WAIT_S = 0.05
+QUIET_WAIT_S = 0.25
 # What the leader holds of the records it handed out, for nacks and expiries to copy without
 # reading them back (`revive.held_records`): some 50k leases of 300-byte records per shard.
 HELD_RECORD_BYTES = 16 * 1024 * 1024
@@ -104,6 +106,7 @@ class PopService:
         self._topics_checked_at = 0.0  # when the fetched topics were last seen to exist
         self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
         self._floors_sent: dict[int, int] = {}
+        self._next_expiry_ms: int | None = None  # when the next lease may end
         # The fetchers of the groups the replayed ledgers name, made off this thread.
         self._resumer: GroupResumer[GroupFetcher] = GroupResumer(RESUME_THREADS)
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
@@ -215,7 +218,7 @@ class PopService:
                 self._pop(request, future, step)
             else:
                 step.answers.append((future, self._settler.settle(request, step)))
-        self._settler.expire(step)
+        self._next_expiry_ms = self._settler.expire(step)
         for fetcher in self._fetchers.values():
             self._leaser.dead_letter_untrusted(fetcher, step)
         floors, unsent = self._once_a_second()
@@ -282,13 +285,20 @@ class PopService:
     def _drain(self, block: bool = True) -> list[tuple[Request, Future[Any]]]:
         items = []
         try:
-            wait = (IDLE_WAIT_S if self._deps.awaited() else QUIET_WAIT_S) if block else 0
+            wait = (IDLE_WAIT_S if self._deps.awaited() else self._quiet_wait_s()) if block else 0
             items.append(self._queue.get(timeout=wait) if wait else self._queue.get_nowait())
             while True:
                 items.append(self._queue.get_nowait())
         except queue.Empty:
             pass
         return [item for item in items if item is not WAKE]
+
+    def _quiet_wait_s(self) -> float:
+        """Until the next lease ends (it is revived then: available again at once), at most
+        QUIET_WAIT_S; never 0, which would not wait at all."""
+        if self._next_expiry_ms is None:
+            return QUIET_WAIT_S
+        return min(max((self._next_expiry_ms - now_ms()) / 1000, 0.001), QUIET_WAIT_S)
 
     def _fetch(self) -> None:
         for group, fetcher in self._fetchers.items():

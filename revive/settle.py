@@ -44,9 +44,11 @@ class Settler:
             metrics.ACKED.inc(sum(r["status"] in (ACKED, ACKED_LATE) for r in results))
         return results
 
-    def expire(self, step: PopStep) -> None:
-        """Leases that ended without an ack: available again at once, or dead-lettered."""
+    def expire(self, step: PopStep) -> int | None:
+        """Leases that ended without an ack: available again at once, or dead-lettered. Returns
+        when the next lease may end (epoch ms; None: no lease is open)."""
         now = now_ms()
+        soonest: int | None = None
         for key, ledger in self._state.ledgers.items():
             group = self._settings.group(key[0])
             for cp, offset, count in ledger.expired(now):
@@ -56,6 +58,10 @@ class Settler:
                     continue
                 step.record(AckRecord(*key, cp, offset, outcome, now))
                 step.copies.append(Copy(key, offset, count, reason, 0))
+            deadline = ledger.next_deadline_ms()
+            if deadline is not None and (soonest is None or deadline < soonest):
+                soonest = deadline
+        return soonest
 
     def _one(
         self,

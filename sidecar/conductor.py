@@ -139,13 +139,14 @@ class Conductor:
             self._end_handovers()
 
     def stop(self) -> None:
-        for shard in list(self._led):
-            for supervisor in self._led.pop(shard).values():
-                self._stop(supervisor)
-        for supervisor, _ in self._handing_over.values():
-            self._stop(supervisor)
+        roles = [supervisor for roles in self._led.values() for supervisor in roles.values()]
+        roles += [supervisor for supervisor, _ in self._handing_over.values()]
+        if self._standby is not None:
+            roles.append(self._standby[0])
+        self._led.clear()
         self._handing_over.clear()
-        self._stop_standby()
+        self._standby = None
+        self._stop(*roles)
 
     def started(self, shard: int) -> bool:
         """Have all roles of this led shard finished starting?"""
@@ -180,13 +181,15 @@ class Conductor:
         Kafka Streams' warm-up replicas let the old owner serve while the new one catches up:
         a new owner whose index did not follow a shard reads it before it fences (`DelayLeader
         .start`), and the shard delivers meanwhile. Every other role stops now."""
+        stopping = []
         for shard in sorted(shards):
             for supervisor in self._led.pop(shard).values():
                 if supervisor.release():
                     self._handing_over[shard] = (supervisor, until)
                 else:
-                    self._stop(supervisor)
+                    stopping.append(supervisor)
             log.info("stopped leading", shard=shard, handing_over=shard in self._handing_over)
+        self._stop(*stopping)
 
     def _end_handovers(self) -> None:
         """Forget the roles the new owner fenced; stop those it did not fence in time."""
@@ -208,10 +211,15 @@ class Conductor:
         if standby is not None:
             self._stop(standby[0])
 
-    def _stop(self, supervisor: Supervisor) -> None:
-        # A role stuck in a Kafka call does not end; the watchdog sees it (it still "runs").
-        if supervisor.stop(timeout_s=STOP_TIMEOUT_S):
-            self._watchdog.forget(supervisor.health)
+    def _stop(self, *supervisors: Supervisor) -> None:
+        """Stop roles together: each ends after its current step or wait, so asking them all
+        first makes the stop of a worker's roles take one such wait, not one per role."""
+        for supervisor in supervisors:
+            supervisor.request_stop()
+        for supervisor in supervisors:
+            # A role stuck in a Kafka call does not end; the watchdog sees it (it still "runs").
+            if supervisor.stop(timeout_s=STOP_TIMEOUT_S):
+                self._watchdog.forget(supervisor.health)
 
 
 def _bound(make: Make, shard: int) -> Callable[[LoopHealth], Role]:

@@ -140,6 +140,28 @@ def test_lease_expiry_redelivers_with_next_count_and_supersedes_old_receipt(
         assert "kpd_pop_retried_total" in http.get("/metrics").text
 
 
+def test_a_lease_is_revived_when_it_ends_not_at_the_next_idle_wake(
+    leader, group, new_topic, kafka_bootstrap
+) -> None:
+    """An idle pop service waits up to 250 ms between requests (`QUIET_WAIT_S`), or less when
+    a lease ends sooner: each expired lease here is copied to the retry topic within
+    milliseconds of its deadline, never before. Waking only every 250 ms would make them 125 ms
+    late on average."""
+    topic = new_topic()
+    values = [f"m{i}" for i in range(6)]
+    produce(kafka_bootstrap, topic, values)
+    with KpdClient(leader.url) as kpd:
+        # One lease at a time, their deadlines 67 ms apart: not in step with any idle period.
+        leases = [pop_until(kpd, group, topic, 1, invisible_ms=1_000 + 67 * i)[0] for i in range(6)]
+        retry_topic = kpd.group(group)["config"]["retry_topic"]
+    deadline = {lease.value: lease.invisible_until_ms for lease in leases}
+    copies = read_all(kafka_bootstrap, retry_topic, 6)
+    late = [copy.timestamp()[1] - deadline[copy.value()] for copy in copies]
+    assert sorted(copy.value() for copy in copies) == sorted(v.encode() for v in values)
+    assert min(late) >= 0
+    assert sum(late) / len(late) < 40, late
+
+
 def test_nack_with_delay_and_with_group_backoff(leader, group, new_topic, kafka_bootstrap) -> None:
     topic = new_topic()
     produce(kafka_bootstrap, topic, ["a", "b"])

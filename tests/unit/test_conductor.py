@@ -16,11 +16,25 @@ from sidecar import conductor
 from sidecar.conductor import Conductor
 
 
+class SlowSteppingRole(SteppingRole):
+    """A step as long as an idle role's longest wait (`MAX_WAIT_S`, `QUIET_WAIT_S`)."""
+
+    def step(self) -> None:
+        super().step()
+        time.sleep(0.25)
+
+
+class SlowHandingRole(SlowSteppingRole, HandingRole):
+    pass
+
+
 class Fixture:
-    def __init__(self) -> None:
+    def __init__(
+        self, delay_kind: type[HandingRole] = HandingRole, pop_kind: type = SteppingRole
+    ) -> None:
         self.made: list[SteppingRole] = []
         self.standbys: list[tuple[frozenset[int], frozenset[int]]] = []  # (skipped, followed)
-        delay, pop = self._maker(HandingRole, "delay"), self._maker(SteppingRole, "pop")
+        delay, pop = self._maker(delay_kind, "delay"), self._maker(pop_kind, "pop")
         roles = {"delay": delay, "pop": pop}
         watchdog = Watchdog(report_after_s=60, give_up_after_s=120, on_stall=lambda _: None)
         self.conductor = Conductor(watchdog, roles, self._standby)  # type: ignore[arg-type]
@@ -120,3 +134,20 @@ def test_leaving_waits_for_the_fences_up_to_a_bound() -> None:
     f3.conductor.leave(timeout_s=10, others=lambda: False)  # nobody left to take the shard
     assert time.monotonic() - began < 1
     f3.conductor.stop()
+
+
+def test_a_workers_roles_stop_together() -> None:
+    """Each role ends after its current step; asked one after the other, 8 shards' roles took
+    one step each in turn."""
+    f = Fixture(SlowHandingRole, SlowSteppingRole)
+    shards = frozenset(range(8))
+    f.conductor.reconcile(shards, frozenset())
+    wait_for(f.started, 5, "roles started")
+    began = time.monotonic()
+    f.conductor.reconcile(frozenset(), frozenset())  # the pop roles stop, the delay ones hand over
+    assert time.monotonic() - began < 0.6
+    assert [r.shard for r in f.made if r.name == "pop" and r.closed] == sorted(shards)
+    began = time.monotonic()
+    f.conductor.stop()
+    assert time.monotonic() - began < 0.6
+    assert all(role.closed for role in f.made)

@@ -179,6 +179,46 @@ def test_expiry_uses_the_heap_not_a_scan():
     assert calls == 3  # only the due heap entries were looked at
 
 
+def test_next_deadline_says_when_a_lease_may_end_next():
+    ledger = PartitionLedger(0)
+    assert ledger.next_deadline_ms() is None
+    ledger.open_checkpoint(1, [0, 1], [1, 1], 2_000)
+    ledger.open_checkpoint(2, [2], [1], 3_000)
+    assert ledger.next_deadline_ms() == 2_000
+    assert ledger.change_deadline(2, 2, 500, now_ms=100) == "ok"
+    assert ledger.next_deadline_ms() == 500
+    assert ledger.expired(500) == [(2, 2, 1)]
+    assert ledger.next_deadline_ms() == 2_000
+    assert ledger.expired(2_000) == [(1, 0, 1), (1, 1, 1)]
+    assert ledger.next_deadline_ms() == 3_000  # the old entry of checkpoint 2: a bound
+    assert ledger.expired(3_000) == []
+    assert ledger.next_deadline_ms() is None
+
+
+@given(st.data())
+@settings(max_examples=150)
+def test_no_lease_ends_before_the_next_deadline(data):
+    ledger, now, next_offset = PartitionLedger(0), 0, 0
+    for cid in range(1, data.draw(st.integers(1, 15)) + 1):
+        now += data.draw(st.integers(0, 400))
+        ledger.open_checkpoint(cid, [next_offset, next_offset + 1], [1, 1], now + 1_000)
+        for offset in (next_offset, next_offset + 1):
+            action = data.draw(st.sampled_from(["none", "ack", "settle", "extend"]))
+            if action == "ack":
+                ledger.ack(cid, offset, now)
+            elif action == "settle":
+                ledger.settle(cid, offset, Outcome.REQUEUED)
+            elif action == "extend":
+                ledger.change_deadline(cid, offset, now + data.draw(st.integers(0, 3_000)), now)
+        next_offset += 2
+        ledger.expired(now + data.draw(st.integers(0, 1_000)))
+        bound = ledger.next_deadline_ms()
+        if bound is None:
+            assert copy.deepcopy(ledger).expired(10**12) == []
+        else:
+            assert copy.deepcopy(ledger).expired(bound - 1) == []
+
+
 # --- low watermark ----------------------------------------------------------------------------
 
 
