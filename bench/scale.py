@@ -64,6 +64,8 @@ from revive.records import AckRecord, CheckpointRecord, pack_batch  # noqa: E402
 
 SHARDS = 8
 IDLE_S = 10.0  # how long the processes are watched doing nothing, for their fixed cost
+SETTLE_S = 10.0  # after a sidecar is ready: standbys catching up, groups settling
+FORWARDED, ANSWERED = "kpd_pop_forwarded_total", "kpd_pop_request_seconds_count"
 
 
 def http_client(url: str) -> httpx.Client:
@@ -80,10 +82,11 @@ class Sidecar(SidecarProcess):
     def cpu(self) -> dict[int, float]:
         return {pid: process_cpu_s(pid) for pid in self.worker_pids()}
 
-    def forwarded(self) -> Counter[str]:
-        """Pop-group calls the workers sent on to another worker, by call (all workers)."""
+    def calls(self, metric: str) -> Counter[str]:
+        """A pop-group call counter of all workers, by call: `kpd_pop_forwarded_total` (sent on
+        to another worker), `kpd_pop_request_seconds_count` (answered by a shard's leader)."""
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        prefix = 'kpd_pop_forwarded_total{call="'
+        prefix = f'{metric}{{call="'
         return Counter(
             {
                 line[len(prefix) :].split('"')[0]: int(float(line.rsplit(" ", 1)[1]))
@@ -159,6 +162,14 @@ def schedules(target: str, prefix: str, n: int, due_ms: int) -> Iterator[tuple[b
         yield sid, [*control, ("kpd-id", sid)]
 
 
+def _idle(sidecar: Sidecar, broker: int) -> tuple[list[float], float]:
+    """What each worker process and the broker burn over IDLE_S with nothing to do, in cores."""
+    cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
+    time.sleep(IDLE_S)
+    workers = [(c - cpu0.get(p, 0.0)) / IDLE_S for p, c in sorted(sidecar.cpu().items())]
+    return workers, (process_cpu_s(broker) - broker0) / IDLE_S
+
+
 def one_run(
     bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path, **settings: str
 ) -> dict:
@@ -171,6 +182,9 @@ def one_run(
     log = sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
     result: dict = {"workers": workers}
     try:
+        # The fixed cost of a fresh sidecar: every shard led and followed, nothing to do.
+        time.sleep(SETTLE_S)
+        result["idle_fresh"], result["idle_fresh_broker"] = _idle(sidecar, broker)
         # Ingest: n far-future schedules keyed by id, on the buffer partition of their shard.
         target = create_topic(admin, f"bench-scale-t-{uuid.uuid4().hex[:6]}")
         buffer = sidecar.env["KPD_BUFFER_TOPIC"]
@@ -200,7 +214,8 @@ def one_run(
         produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
         group = f"g-{uuid.uuid4().hex[:6]}"
         n_pop = n - warm_up(sidecar.url, group, topic)
-        cpu0, broker0, forwarded0 = sidecar.cpu(), process_cpu_s(broker), sidecar.forwarded()
+        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
+        forwarded0, answered0 = sidecar.calls(FORWARDED), sidecar.calls(ANSWERED)
         started = time.monotonic()
         out: multiprocessing.Queue = multiprocessing.Queue()
         counter = multiprocessing.Value("q", 0)
@@ -220,12 +235,11 @@ def one_run(
         result["pop"] = acked / (last - started)
         result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, acked)
         result["pop_share"] = LogCount(bootstrap, log, "delivered", topic, acked, 120).nodes
-        result["pop_forwarded"] = dict(sidecar.forwarded() - forwarded0)
-        # The fixed cost: what each process burns with nothing to do, once a group is read.
-        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
-        time.sleep(IDLE_S)
-        result["idle"] = [(c - cpu0.get(p, 0.0)) / IDLE_S for p, c in sorted(sidecar.cpu().items())]
-        result["idle_broker"] = (process_cpu_s(broker) - broker0) / IDLE_S
+        result["pop_forwarded"] = dict(sidecar.calls(FORWARDED) - forwarded0)
+        answered = sidecar.calls(ANSWERED) - answered0
+        result["pop_calls"] = {call: answered[call] * 1000 / acked for call in ("pop", "ack")}
+        # The fixed cost again, once a group is read.
+        result["idle"], result["idle_broker"] = _idle(sidecar, broker)
     finally:
         sidecar.stop()
     return result
@@ -402,12 +416,15 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                 flush=True,
             )
         print(f"  pop calls forwarded to another worker: {r['pop_forwarded']}", flush=True)
-        idle = " + ".join(f"{c:.3f}" for c in r["idle"])
-        print(
-            f"  idle for {IDLE_S:.0f} s after the pop phase: kpd {idle} = {sum(r['idle']):.3f}, "
-            f"broker {r['idle_broker']:.3f} cores",
-            flush=True,
-        )
+        per = ", ".join(f"{call} {count:.1f}" for call, count in r["pop_calls"].items())
+        print(f"  calls a shard's leader answered per 1,000 messages: {per}", flush=True)
+        for when, key in (("before the ingest", "idle_fresh"), ("after the pop phase", "idle")):
+            idle = " + ".join(f"{c:.3f}" for c in r[key])
+            print(
+                f"  idle for {IDLE_S:.0f} s {when}: kpd {idle} = {sum(r[key]):.3f}, "
+                f"broker {r[key + '_broker']:.3f} cores",
+                flush=True,
+            )
         if not r["burst_valid"]:
             print("  !! the burst was not all scheduled before its due time", flush=True)
     if args.kills:
