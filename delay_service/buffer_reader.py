@@ -26,7 +26,7 @@ from foundation.shards import ShardMap
 # `HELD_FETCH_MS`). A record that arrives answers a held fetch at once; the wait only delays a
 # partition assigned or sought while a fetch is held, and a buffer reader is assigned once and
 # seeks only to redo a refused step. With 8 shards led, 100 ms cost an idle broker some 0.03
-# cores (BENCHMARKS.md, 2026-11-26 11:00).
+# cores (BENCHMARKS.md, 2026-11-26 10:45).
 BUFFER_FETCH_WAIT_MS = 500
 
 INGEST_CHUNK = 64  # records read at a time (see above)

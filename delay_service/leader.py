@@ -68,7 +68,7 @@ START_FETCH_WAIT_MS = 10
 CATCH_UP_S = 120.0  # reading a shard's schedules before and after the fence, each
 # The longest a step waits for records when nothing comes due sooner: records, and the turn to
 # ingest them, end a wait at once, so this bounds only a stop and the fence probe's period. At
-# 50 ms eight idle shards woke a worker 160 times a second (BENCHMARKS.md, 2026-11-26 11:00).
+# 50 ms eight idle shards woke a worker 160 times a second (BENCHMARKS.md, 2026-11-26 10:45).
 MAX_WAIT_S = 0.25
 
 

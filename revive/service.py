@@ -56,7 +56,7 @@ log = structlog.get_logger(__name__)
 # worker waits for some (it must wake as soon as they arrive), rarely while none does, since a pop
 # moves what was fetched into the lanes itself; and when the next lease ends. Every idle shard
 # woke 200 times a second: about 0.15 of a core per worker with 8 shards and nothing to do
-# (BENCHMARKS.md, 2026-11-25 21:00); 20 times a second, some 0.01 (2026-11-26 11:00).
+# (BENCHMARKS.md, 2026-11-25 21:00); 20 times a second, some 0.01 (2026-11-26 10:45).
 IDLE_WAIT_S = 0.005
 QUIET_WAIT_S = 0.25
 # What the leader holds of the records it handed out, for nacks and expiries to copy without

@@ -139,7 +139,9 @@ class Conductor:
             self._end_handovers()
 
     def stop(self) -> None:
-        roles = [supervisor for roles in self._led.values() for supervisor in roles.values()]
+        roles = [
+            supervisor for shard_roles in self._led.values() for supervisor in shard_roles.values()
+        ]
         roles += [supervisor for supervisor, _ in self._handing_over.values()]
         if self._standby is not None:
             roles.append(self._standby[0])
