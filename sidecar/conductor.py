@@ -50,11 +50,11 @@ class Standby:
 
     def __init__(
         self,
-        follower: tuple[StateFollower, frozenset[int]],  # and the shards whose schedules it keeps
+        follower: StateFollower,
         pops: tuple[PopFollower, PopStateReader, frozenset[int]],
         health: LoopHealth,
     ) -> None:
-        (self._follower, self.indexed), self._health = follower, health
+        self._follower, self._health = follower, health
         self._pops, self._reader, self._shards = pops
         self._released_at = 0.0
 
@@ -160,17 +160,14 @@ class Conductor:
         return role if isinstance(role, PopService) else None
 
     def indexes(self, shard: int) -> bool:
-        """Does this worker's schedule index follow `shard` now? Yes if a delay role here writes
-        it (led, or handed over and not fenced yet), or once its standby has caught up on the
-        shards whose schedules it keeps (every other one by default, `standby_schedules`). A
-        restarted standby catching up does not: the API asks the shard's owner meanwhile.
-        (Called from the API's thread: reads one reference at a time.)"""
-        handing_over = self._handing_over.get(shard)
-        if shard in self._led or (handing_over is not None and not handing_over[0].ended):
+        """Does this worker's schedule index follow `shard` now, when its standby keeps only the
+        shards it follows? Yes if it leads the shard (its delay leader writes the index), or
+        once its standby has caught up on the shards it follows. (Called from the API's thread:
+        reads one reference at a time.)"""
+        if shard in self._led:
             return True
         standby = self._standby
-        role = standby[0].role if standby is not None else None  # set once caught up
-        return isinstance(role, Standby) and shard in role.indexed
+        return standby is not None and shard in standby[1] and standby[0].role is not None
 
     def standby_caught_up_once(self) -> bool:
         """Has a standby caught up since this worker started? (Remembered once seen.) One

@@ -110,6 +110,8 @@ class Sidecar:
         return self._conductor.pop_service(shard) if self._conductor is not None else None
 
     def indexed(self, shard: int) -> bool:
+        if self.settings.standby_schedules == "all":  # every shard, as it always did
+            return True
         return self._conductor is not None and self._conductor.indexes(shard)
 
     def owners(self) -> dict[int, str]:
@@ -257,7 +259,7 @@ class Sidecar:
             s.kafka_timeout_ms / 1000,
         )  # fmt: skip
         self._pop_follower.forget(every - follow - led)
-        return Standby((follower, followed), (self._pop_follower, reader, follow), health)
+        return Standby(follower, (self._pop_follower, reader, follow), health)
 
     def _clock_fit(self) -> bool:
         """Measured, and close enough to the broker's to lead (it waits the offset out)."""

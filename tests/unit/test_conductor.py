@@ -13,7 +13,7 @@ from role_helpers import HandingRole, SteppingRole
 
 from foundation.supervision import LoopHealth, Watchdog
 from sidecar import conductor
-from sidecar.conductor import Conductor, Standby
+from sidecar.conductor import Conductor
 
 
 class SlowSteppingRole(SteppingRole):
@@ -151,79 +151,3 @@ def test_a_workers_roles_stop_together() -> None:
     f.conductor.stop()
     assert time.monotonic() - began < 0.6
     assert all(role.closed for role in f.made)
-
-
-class HeldFollower:
-    """A standby's schedule follower whose catch-up lasts until the test lets it end."""
-
-    def __init__(self) -> None:
-        self.caught_up = threading.Event()
-
-    def assign(self) -> None:
-        pass
-
-    def catch_up(self, timeout_s: float, beat: Callable[[], None]) -> None:
-        while not self.caught_up.wait(0.01):
-            beat()
-
-    def poll_once(self, timeout_s: float) -> None:
-        time.sleep(0.005)
-
-    def close(self) -> None:
-        pass
-
-
-class NoPops:
-    """The standby's pop-state side, with nothing to follow."""
-
-    def follow(self, *_: object) -> None:
-        pass
-
-    apply = positions = follow
-
-    def forget_released(self, _: object) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
-
-class IndexFixture(Fixture):
-    """A standby that keeps the schedules of every shard not led here (`standby_schedules=all`)
-    and catches up when the test says so."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.followers: list[HeldFollower] = []
-
-    def _standby(  # type: ignore[override]
-        self, skipped: frozenset[int], follow: frozenset[int], health: LoopHealth
-    ) -> Standby:
-        self.standbys.append((skipped, follow))
-        self.followers.append(HeldFollower())
-        indexed = frozenset(range(4)) - skipped
-        return Standby((self.followers[-1], indexed), (NoPops(), NoPops(), follow), health)  # type: ignore[arg-type]
-
-
-def test_the_index_answers_for_a_shard_only_while_something_here_keeps_it() -> None:
-    """Led shards, a shard handed over until its fence, and the shards of a caught-up standby;
-    not those of a standby still catching up (the API asks their owner meanwhile)."""
-    f = IndexFixture()
-    f.conductor.reconcile(frozenset({0, 1}), frozenset())
-    wait_for(f.started, 5, "roles started")
-    assert [f.conductor.indexes(s) for s in range(4)] == [True, True, False, False]
-    f.followers[0].caught_up.set()
-    wait_for(lambda: f.conductor.indexes(2), 5, "the standby caught up")
-    assert [f.conductor.indexes(s) for s in range(4)] == [True, True, True, True]
-    f.conductor.reconcile(frozenset({0}), frozenset())  # shard 1 moves away
-    (delay,) = f.running("delay", 1)
-    assert f.conductor.indexes(1)  # its delay role here still writes it
-    delay.fenced.set()
-    wait_for(lambda: not f.conductor.indexes(1), 5, "fenced: its new owner writes it now")
-    assert delay.closed
-    f.conductor.reconcile(frozenset({0}), frozenset())  # the standby restarts to keep shard 1
-    assert [f.conductor.indexes(s) for s in range(4)] == [True, False, False, False]
-    f.followers[1].caught_up.set()
-    wait_for(lambda: f.conductor.indexes(1), 5, "the new standby caught up")
-    assert [f.conductor.indexes(s) for s in range(4)] == [True, True, True, True]
-    f.conductor.stop()
