@@ -102,8 +102,8 @@ class Conductor:
         """Make the running roles match the shards this worker is to lead, and the standby the
         shards it is to follow (never one whose schedules a role here writes)."""
         self._end_handovers()
-        for shard in owned & self._handing_over.keys():  # moved back here: start afresh
-            self._stop(self._handing_over.pop(shard)[0])
+        back = owned & self._handing_over.keys()  # moved back here: start afresh
+        self._stop(*(self._handing_over.pop(shard)[0] for shard in sorted(back)))
         for shard in owned ^ self.led:
             SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
         IS_LEADER.set(int(bool(owned)))
@@ -196,12 +196,14 @@ class Conductor:
     def _end_handovers(self) -> None:
         """Forget the roles the new owner fenced; stop those it did not fence in time."""
         now = time.monotonic()
+        ending = []
         for shard, (supervisor, until) in list(self._handing_over.items()):
             fenced = supervisor.ended  # read before the stop, which ends it either way
             if fenced or now >= until:
                 del self._handing_over[shard]
-                self._stop(supervisor)
+                ending.append(supervisor)
                 log.info("handover ended", shard=shard, fenced=fenced)
+        self._stop(*ending)
 
     def _supervise(self, name: str, shard: int, make: Callable[[LoopHealth], Role]) -> Supervisor:
         supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make)

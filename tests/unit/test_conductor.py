@@ -151,3 +151,32 @@ def test_a_workers_roles_stop_together() -> None:
     f.conductor.stop()
     assert time.monotonic() - began < 0.6
     assert all(role.closed for role in f.made)
+
+
+class DephasedHandingRole(SlowHandingRole):
+    """Steps out of phase, the last shard first: stopped one after another in shard order, each
+    would end a step after the one before."""
+
+    def start(self) -> None:
+        time.sleep((7 - self.shard) * 0.03)
+
+
+def test_handovers_that_end_together_stop_together(monkeypatch) -> None:
+    """Handovers ending at one reconcile (at their bound, or moved back here) stop as one; in
+    turn they took 1.4-1.8 s."""
+    f = Fixture(DephasedHandingRole)
+    shards = frozenset(range(8))
+    for handover_s, then_led in ((0.2, frozenset()), (60.0, shards)):
+        monkeypatch.setattr(conductor, "HANDOVER_S", handover_s)
+        f.conductor.reconcile(shards, frozenset())
+        wait_for(f.started, 5, "roles started")
+        f.conductor.reconcile(frozenset(), frozenset())
+        delays = [f.running("delay", shard)[0] for shard in sorted(shards)]
+        assert all(delay.handing_over for delay in delays)
+        if not then_led:
+            time.sleep(handover_s + 0.1)  # past the bound
+        began = time.monotonic()
+        f.conductor.reconcile(then_led, frozenset())
+        assert time.monotonic() - began < 0.6
+        assert all(delay.closed for delay in delays)
+    f.conductor.stop()
