@@ -23,9 +23,16 @@ from api.openapi import GUARDED, WITH_BODY, problems
 from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.request_body import RequestBody
-from api.schedules import ID_PATTERN, buffer_partition, owner_of, wait_for_schedule
+from api.schedules import (
+    ID_PATTERN,
+    buffer_partition,
+    freshness_here,
+    owner_elsewhere,
+    wait_for_schedule,
+)
 from delay_service import metrics
 from delay_service.headers import CONTROL_HEADERS, DELIVER_AT, ID, TARGET
+from delay_service.schedules import Freshness
 from foundation.clock import now_ms
 from foundation.config import TOPIC_PATTERN
 from foundation.record_size import record_bytes
@@ -206,10 +213,7 @@ def _by_owner(node: Node, messages: list[Message]) -> dict[str, list[int]]:
     for index, (_, _, schedule_id) in enumerate(messages):
         if schedule_id is None:
             continue
-        try:
-            owner = owner_of(node, schedule_id)
-        except Problem:
-            owner = None
+        owner = owner_elsewhere(node, node.shard_map.of_key(schedule_id))
         if owner is not None:
             elsewhere.setdefault(owner, []).append(index)
     return elsewhere
@@ -274,7 +278,7 @@ async def _send(
         )
         # Read-your-writes: a GET or DELETE right after this answer should find the schedule.
         # (Not while its shard has no owner that follows it: nothing here would show it.)
-        if node.indexed(node.shard_map.of_key(schedule_id)):
+        if await freshness_here(node, node.shard_map.of_key(schedule_id)) is Freshness.CURRENT:
             await wait_for_schedule(node, schedule_id, lambda s: s is not None, VISIBLE_WAIT_S)
         return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=due)
     except Exception as error:  # one failed record must not fail the others

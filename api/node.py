@@ -8,7 +8,7 @@ from typing import Protocol
 import httpx
 
 from api.availability import Availability
-from delay_service.schedules import ScheduleIndex
+from delay_service.schedules import Freshness, ScheduleIndex
 from foundation.async_producer import AsyncProducer
 from foundation.config import Settings
 from foundation.shards import ShardMap
@@ -36,9 +36,10 @@ class Node(Protocol):
     def pop_service(self, shard: int) -> PopService | None:
         """The started pop service of `shard` if this worker leads it."""
 
-    def indexed(self, shard: int) -> bool:
-        """Does this worker's schedule index follow `shard` now (led here, or followed by its
-        standby and caught up)?"""
+    def freshness(self, shard: int) -> Freshness:
+        """How well this worker's schedule index follows `shard` now: current (led here, or
+        kept by its caught-up standby), catching up (what will keep it is starting), or kept
+        elsewhere."""
 
     def owners(self) -> dict[int, str]:
         """The address of each shard's leader, as last seen (refreshed in the background)."""

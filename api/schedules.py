@@ -1,8 +1,10 @@
 """`GET` and `DELETE /v1/schedules/{id}`: read a schedule, cancel it.
 
 Reads come from a RocksDB index that follows the schedule's shard (a follower's lags the leader by
-milliseconds). A worker's index follows only the shards it leads and those it would take over
-next, so a call for another shard's schedule is forwarded to that shard's owner (`owner_of`). A
+milliseconds). A worker's index follows the shards it leads and those its standby keeps (every
+other shard by default, or those it would take over next), so a call for a shard not kept here
+is forwarded to that shard's owner (`owner_of`); one whose role or standby here is starting waits
+for it to catch up. A
 cancel is a `kpd-cancel` record on the buffer topic, like a Kafka-native cancel; the call then
 waits until the index shows the outcome, because only the leader can tell whether the cancel beat
 the delivery.
@@ -25,12 +27,13 @@ from api.openapi import GUARDED, problems
 from api.problems import Problem, leadership_moving
 from delay_service import metrics
 from delay_service.headers import CANCEL
-from delay_service.schedules import Schedule, State
+from delay_service.schedules import Freshness, Schedule, State
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=problems(*GUARDED))
 
 ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 CANCEL_WAIT_S = 10.0
+INDEX_WAIT_S = 5.0  # for the index of a shard this worker starts to keep (see `freshness_here`)
 POLL_S = 0.005
 
 ScheduleId = Annotated[str, Path(pattern=ID_PATTERN)]
@@ -43,17 +46,39 @@ class ScheduleOut(BaseModel):
     deliver_at_ms: int
 
 
-def owner_of(node: Node, schedule_id: str) -> str | None:
-    """Where to ask about `schedule_id`: None when this worker's index follows its shard, else
-    the address of the shard's owner. Answering from an index that stopped following the shard
-    could answer with a stale state, so with no owner known the call is refused for a moment."""
+async def freshness_here(node: Node, shard: int) -> Freshness:
+    """How well this worker's index follows `shard`, once it no longer catches up (a role or
+    standby starting to keep it) or `INDEX_WAIT_S` has passed."""
+    deadline = time.monotonic() + INDEX_WAIT_S
+    freshness = node.freshness(shard)
+    while freshness is Freshness.CATCHING_UP and time.monotonic() < deadline:
+        await asyncio.sleep(POLL_S)
+        freshness = node.freshness(shard)
+    return freshness
+
+
+async def owner_of(node: Node, schedule_id: str, forwarded: bool) -> str | None:
+    """Where to answer about `schedule_id`: None (here) when this worker's index follows its
+    shard, else the address of the shard's owner. Answering from an index that does not follow
+    the shard could answer with a stale state, so with no other owner known, or a call the
+    sender forwarded here as to the owner, the call is refused for a moment."""
     shard = node.shard_map.of_key(schedule_id)
-    if node.indexed(shard):
+    if await freshness_here(node, shard) is Freshness.CURRENT:
         return None
     owner = node.owners().get(shard)
-    if owner is None or owner == node.url:
+    if forwarded or owner is None or owner == node.url:
         raise leadership_moving("no_leader", f"no sidecar follows the shard of {schedule_id!r} now")
     return owner
+
+
+def owner_elsewhere(node: Node, shard: int) -> str | None:
+    """The sidecar to send a new schedule of `shard` to: the owner, when this worker's index
+    does not keep the shard (nor is about to). None when it does, or no other owner is known:
+    the schedule is written here then, and ingest applies it once a leader runs."""
+    if node.freshness(shard) is not Freshness.ELSEWHERE:
+        return None
+    owner = node.owners().get(shard)
+    return None if owner == node.url else owner
 
 
 def _found(node: Node, schedule_id: str) -> Schedule:
@@ -72,7 +97,7 @@ async def _relay(node: Node, call: str, method: str, owner: str, schedule_id: st
 async def get_schedule(
     schedule_id: ScheduleId, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> ScheduleOut | Response:
-    owner = None if is_forwarded(request) else owner_of(node, schedule_id)
+    owner = await owner_of(node, schedule_id, is_forwarded(request))
     if owner is not None:
         return await _relay(node, "get", "GET", owner, schedule_id)
     s = _found(node, schedule_id)
@@ -85,7 +110,7 @@ async def get_schedule(
 async def cancel_schedule(
     schedule_id: ScheduleId, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> Response:
-    owner = None if is_forwarded(request) else owner_of(node, schedule_id)
+    owner = await owner_of(node, schedule_id, is_forwarded(request))
     if owner is not None:
         return await _relay(node, "cancel", "DELETE", owner, schedule_id)
     schedule = _found(node, schedule_id)

@@ -38,6 +38,14 @@ DUE_CF = "due"
 COLUMN_FAMILIES = (SCHEDULE_CF, DUE_CF)
 
 
+class Freshness(StrEnum):
+    """How well one worker's index follows one shard's schedules (`Conductor.freshness`)."""
+
+    CURRENT = "current"  # a delay role here writes them, or a caught-up standby applies them
+    CATCHING_UP = "catching_up"  # soon current: the role or standby that will keep them starts
+    ELSEWHERE = "elsewhere"  # not kept here: ask the shard's owner
+
+
 class State(StrEnum):
     SCHEDULED = "scheduled"
     DELIVERED = "delivered"

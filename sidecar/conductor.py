@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import structlog
 
+from delay_service.schedules import Freshness
 from foundation.metrics import IS_LEADER, SHARD_LEADER, SHARD_STANDBY
 from foundation.state_follower import StateFollower
 from foundation.supervision import LoopHealth, Role, Supervisor, Watchdog
@@ -41,6 +43,13 @@ HANDOVER_S = 120.0
 RELEASED_EVERY_S = 2.0  # how often the standby forgets checkpoints their leaders released
 STANDBY = -1  # the standby's "shard" in metrics and logs: it serves all the others
 Make = Callable[[int, LoopHealth], Role]
+Shards = frozenset[int]
+
+
+class RunningStandby(NamedTuple):
+    supervisor: Supervisor
+    follows: Shards  # the shards whose pop state it keeps
+    keeps: Shards  # the shards whose schedules it applies to the index
 
 
 class Standby:
@@ -81,16 +90,19 @@ class Conductor:
         self,
         watchdog: Watchdog,
         roles: dict[str, Make],  # "delay" / "pop" -> make(shard, health)
-        standby: Callable[[frozenset[int], frozenset[int], LoopHealth], Standby],  # (led, follow)
+        standby: Callable[[Shards, Shards, LoopHealth], Standby],  # (skipped, follow)
+        schedules_kept: Callable[[Shards, Shards], Shards],  # (skipped, follow) -> by the standby
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
+        self._schedules_kept = schedules_kept
         self._led: dict[int, dict[str, Supervisor]] = {}
+        self._claimed: Shards = frozenset()  # the shards the group last gave this worker
         # Delay roles of shards the group moved away, delivering until the new owner fences
         # them, with when to stop them anyway.
         self._handing_over: dict[int, tuple[Supervisor, float]] = {}
-        # The standby with the shards it follows, replaced as one, for readers on other threads,
-        # and the shards whose schedules it leaves to roles here (led or handing over).
-        self._standby: tuple[Supervisor, frozenset[int]] | None = None
+        # The standby, replaced as one for readers on other threads, and the shards whose
+        # schedules it leaves to roles here (led or handing over).
+        self._standby: RunningStandby | None = None
         self._standby_skips: frozenset[int] = frozenset()
         self._caught_up_once = False
 
@@ -101,6 +113,7 @@ class Conductor:
     def reconcile(self, owned: frozenset[int], follow: frozenset[int]) -> None:
         """Make the running roles match the shards this worker is to lead, and the standby the
         shards it is to follow (never one whose schedules a role here writes)."""
+        self._claimed = owned
         self._end_handovers()
         back = owned & self._handing_over.keys()  # moved back here: start afresh
         self._stop(*(self._handing_over.pop(shard)[0] for shard in sorted(back)))
@@ -112,7 +125,7 @@ class Conductor:
         # restarts once per move, when the shard is fenced away, not also when it is revoked.
         skips = owned | self._handing_over.keys()
         follow -= skips
-        followed = self._standby[1] if self._standby is not None else frozenset()
+        followed = self._standby.follows if self._standby is not None else frozenset()
         if self._standby is None or follow != followed or skips != self._standby_skips:
             for shard in follow ^ followed:
                 SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
@@ -120,7 +133,8 @@ class Conductor:
             standby = self._supervise(
                 "standby", STANDBY, lambda health: self._make_standby(skips, follow, health)
             )
-            self._standby, self._standby_skips = (standby, follow), skips
+            keeps = self._schedules_kept(skips, follow)
+            self._standby, self._standby_skips = RunningStandby(standby, follow, keeps), skips
         for shard in sorted(owned - self.led):
             self._led[shard] = {
                 name: self._supervise(name, shard, _bound(make, shard))
@@ -133,6 +147,7 @@ class Conductor:
         fence them, for up to `timeout_s`, or until `others()` says no member is left to take
         them (the workers of a sidecar stop together)."""
         deadline = time.monotonic() + timeout_s
+        self._claimed = frozenset()
         self._hand_over(self.led, deadline)
         while self._handing_over and time.monotonic() < deadline and others():
             time.sleep(0.05)
@@ -144,7 +159,8 @@ class Conductor:
         ]
         roles += [supervisor for supervisor, _ in self._handing_over.values()]
         if self._standby is not None:
-            roles.append(self._standby[0])
+            roles.append(self._standby.supervisor)
+        self._claimed = frozenset()
         self._led.clear()
         self._handing_over.clear()
         self._standby = None
@@ -159,22 +175,30 @@ class Conductor:
         role = supervisor.role if supervisor is not None else None
         return role if isinstance(role, PopService) else None
 
-    def indexes(self, shard: int) -> bool:
-        """Does this worker's schedule index follow `shard` now, when its standby keeps only the
-        shards it follows? Yes if it leads the shard (its delay leader writes the index), or
-        once its standby has caught up on the shards it follows. (Called from the API's thread:
-        reads one reference at a time.)"""
-        if shard in self._led:
-            return True
+    def freshness(self, shard: int) -> Freshness:
+        """How well this worker's schedule index follows `shard` now. Current where a started
+        delay role here writes it (led, or handed over and not fenced yet) or a caught-up
+        standby applies it; catching up while the role or standby that will keep it starts (the
+        API waits, as Karapace catches up before it acts); else elsewhere: the API asks the
+        shard's owner. (Called from the API's thread: reads one reference at a time.)"""
+        delay = self._led.get(shard, {}).get("delay")
+        if delay is not None and delay.role is not None:
+            return Freshness.CURRENT
+        handing_over = self._handing_over.get(shard)
+        if handing_over is not None and not handing_over[0].ended:
+            return Freshness.CURRENT
         standby = self._standby
-        return standby is not None and shard in standby[1] and standby[0].role is not None
+        if standby is not None and shard in standby.keeps:
+            caught_up = standby.supervisor.role is not None
+            return Freshness.CURRENT if caught_up else Freshness.CATCHING_UP
+        return Freshness.CATCHING_UP if shard in self._claimed else Freshness.ELSEWHERE
 
     def standby_caught_up_once(self) -> bool:
         """Has a standby caught up since this worker started? (Remembered once seen.) One
         restarted for a new set of shards to follow catches up while the worker serves on: not a
         reason to be unready."""
         standby = self._standby
-        if standby is not None and standby[0].role is not None:
+        if standby is not None and standby.supervisor.role is not None:
             self._caught_up_once = True
         return self._caught_up_once
 
@@ -213,7 +237,7 @@ class Conductor:
     def _stop_standby(self) -> None:
         standby, self._standby = self._standby, None
         if standby is not None:
-            self._stop(standby[0])
+            self._stop(standby.supervisor)
 
     def _stop(self, *supervisors: Supervisor) -> None:
         """Stop roles together: each ends after its current step or wait, so asking them all

@@ -23,7 +23,7 @@ from api.availability import Availability
 from delay_service.ingest_turns import IngestTurns
 from delay_service.leader import DelayDeps, DelayLeader
 from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
-from delay_service.schedules import ScheduleIndex
+from delay_service.schedules import Freshness, ScheduleIndex
 from foundation.async_producer import AsyncProducer
 from foundation.broker_clock import BrokerClock
 from foundation.config import Settings
@@ -109,10 +109,9 @@ class Sidecar:
     def pop_service(self, shard: int) -> PopService | None:
         return self._conductor.pop_service(shard) if self._conductor is not None else None
 
-    def indexed(self, shard: int) -> bool:
-        if self.settings.standby_schedules == "all":  # every shard, as it always did
-            return True
-        return self._conductor is not None and self._conductor.indexes(shard)
+    def freshness(self, shard: int) -> Freshness:
+        conductor = self._conductor
+        return conductor.freshness(shard) if conductor is not None else Freshness.CATCHING_UP
 
     def owners(self) -> dict[int, str]:
         return self._owners.by_shard if self._owners is not None else {}
@@ -211,7 +210,10 @@ class Sidecar:
         self._topics_ready = True
         self._pop_follower = PopFollower(self.shard_map)
         self._conductor = Conductor(
-            self.watchdog, {"delay": self._make_delay, "pop": self._make_pop}, self._standby
+            self.watchdog,
+            {"delay": self._make_delay, "pop": self._make_pop},
+            self._standby,
+            self._schedules_kept,
         )
         timeout_s = s.kafka_timeout_ms / 1000
         self.membership = Membership(
@@ -242,10 +244,17 @@ class Sidecar:
         watched = owners.predecessor(self.url)
         return watched.shards if watched is not None else frozenset()
 
+    def _schedules_kept(self, led: frozenset[int], follow: frozenset[int]) -> frozenset[int]:
+        """The shards whose schedules a standby keeps, given the shards whose roles run here and
+        those whose pop state it follows (`standby_schedules`)."""
+        if self.settings.standby_schedules == "all":
+            return frozenset(range(self.shard_map.shards)) - led
+        return follow
+
     def _standby(self, led: frozenset[int], follow: frozenset[int], health: LoopHealth) -> Standby:
         s, shards = self.settings, self.shard_map
         every = frozenset(range(shards.shards))
-        followed = every - led if s.standby_schedules == "all" else follow
+        followed = self._schedules_kept(led, follow)
         follower = StateFollower(
             self.client_config,
             self.store,

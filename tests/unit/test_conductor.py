@@ -11,6 +11,7 @@ from collections.abc import Callable
 from kafka_helpers import wait_for
 from role_helpers import HandingRole, SteppingRole
 
+from delay_service.schedules import Freshness
 from foundation.supervision import LoopHealth, Watchdog
 from sidecar import conductor
 from sidecar.conductor import Conductor
@@ -28,16 +29,37 @@ class SlowHandingRole(SlowSteppingRole, HandingRole):
     pass
 
 
+class HeldRole(HandingRole):
+    """A role whose start (a delay leader reading its shard, a standby catching up) lasts until
+    the test lets it end."""
+
+    def __init__(self, name: str = "role", shard: int = 0) -> None:
+        super().__init__(name, shard)
+        self.may_start = threading.Event()
+
+    def start(self) -> None:
+        assert self.may_start.wait(5)
+
+
 class Fixture:
     def __init__(
-        self, delay_kind: type[HandingRole] = HandingRole, pop_kind: type = SteppingRole
+        self,
+        delay_kind: type[HandingRole] = HandingRole,
+        pop_kind: type = SteppingRole,
+        keeps_all: bool = False,  # standby_schedules: "all", else "next"
     ) -> None:
         self.made: list[SteppingRole] = []
         self.standbys: list[tuple[frozenset[int], frozenset[int]]] = []  # (skipped, followed)
+        self.standby_roles: list[HeldRole] = []
+        self.standbys_start_at_once = True  # else each catches up when the test says so
+        self.keeps_all = keeps_all
         delay, pop = self._maker(delay_kind, "delay"), self._maker(pop_kind, "pop")
         roles = {"delay": delay, "pop": pop}
         watchdog = Watchdog(report_after_s=60, give_up_after_s=120, on_stall=lambda _: None)
-        self.conductor = Conductor(watchdog, roles, self._standby)  # type: ignore[arg-type]
+        self.conductor = Conductor(watchdog, roles, self._standby, self._kept)  # type: ignore[arg-type]
+
+    def _kept(self, skipped: frozenset[int], follow: frozenset[int]) -> frozenset[int]:
+        return frozenset(range(4)) - skipped if self.keeps_all else follow
 
     def _maker(
         self, kind: type[SteppingRole], name: str
@@ -52,7 +74,10 @@ class Fixture:
         self, skipped: frozenset[int], follow: frozenset[int], _: LoopHealth
     ) -> SteppingRole:
         self.standbys.append((skipped, follow))
-        return SteppingRole("standby", -1)
+        self.standby_roles.append(HeldRole("standby", -1))
+        if self.standbys_start_at_once:
+            self.standby_roles[-1].may_start.set()
+        return self.standby_roles[-1]
 
     def running(self, name: str, shard: int) -> list[SteppingRole]:
         return [r for r in self.made if (r.name, r.shard) == (name, shard) and not r.closed]
@@ -180,3 +205,42 @@ def test_handovers_that_end_together_stop_together(monkeypatch) -> None:
         assert time.monotonic() - began < 0.6
         assert all(delay.closed for delay in delays)
     f.conductor.stop()
+
+
+def test_the_index_is_current_where_a_started_role_or_a_caught_up_standby_keeps_a_shard() -> None:
+    """The API answers from the index where it is current, waits where what will keep the
+    shard is starting (a GET right after an election found nothing while the old standby
+    stopped and before the shard's roles were added), and asks the owner elsewhere."""
+    current, catching_up, elsewhere = Freshness.CURRENT, Freshness.CATCHING_UP, Freshness.ELSEWHERE
+    f = Fixture(HeldRole, keeps_all=True)
+    f.standbys_start_at_once = False
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())
+
+    def fresh() -> list[Freshness]:
+        return [f.conductor.freshness(shard) for shard in range(4)]
+
+    wait_for(lambda: len(f.running("delay", 1)) == 1, 5, "delay roles made")
+    assert fresh() == [catching_up] * 4  # led, not started; kept by a standby catching up
+    for role in f.running("delay", 0) + f.running("delay", 1) + f.standby_roles:
+        role.may_start.set()
+    wait_for(lambda: fresh() == [current] * 4, 5, "roles started, the standby caught up")
+    f.conductor.reconcile(frozenset({0}), frozenset())  # shard 1 moves away
+    (delay,) = f.running("delay", 1)
+    assert fresh()[1] is current  # its delay role here still writes it
+    delay.fenced.set()
+    wait_for(lambda: fresh()[1] is elsewhere, 5, "fenced: its new owner writes it now")
+    f.conductor.reconcile(frozenset({0, 2}), frozenset())  # 2 comes here, 1 to the standby
+    wait_for(lambda: len(f.running("delay", 2)) == 1, 5, "a delay role for shard 2")
+    assert fresh() == [current, catching_up, catching_up, catching_up]
+    f.standby_roles[-1].may_start.set()
+    wait_for(lambda: fresh()[1] is current, 5, "the new standby caught up")
+    assert fresh()[2] is catching_up  # led, its delay role still starting
+    f.running("delay", 2)[0].may_start.set()
+    wait_for(lambda: fresh() == [current] * 4, 5, "shard 2 led, the new standby caught up")
+    f.conductor.stop()
+    assert fresh() == [elsewhere] * 4
+    g = Fixture(keeps_all=False)  # standby_schedules = "next": the followed shards only
+    g.conductor.reconcile(frozenset({0}), frozenset({3}))
+    wait_for(lambda: [g.conductor.freshness(s) for s in (0, 3)] == [current] * 2, 5, "started")
+    assert [g.conductor.freshness(s) for s in (1, 2)] == [elsewhere] * 2
+    g.conductor.stop()
