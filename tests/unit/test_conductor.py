@@ -47,12 +47,13 @@ class Fixture:
         delay_kind: type[HandingRole] = HandingRole,
         pop_kind: type = SteppingRole,
         keeps_all: bool = False,  # standby_schedules: "all", else "next"
+        standby_kind: type[HeldRole] = HeldRole,
     ) -> None:
         self.made: list[SteppingRole] = []
         self.standbys: list[tuple[frozenset[int], frozenset[int]]] = []  # (skipped, followed)
         self.standby_roles: list[HeldRole] = []
         self.standbys_start_at_once = True  # else each catches up when the test says so
-        self.keeps_all = keeps_all
+        self.keeps_all, self.standby_kind = keeps_all, standby_kind
         delay, pop = self._maker(delay_kind, "delay"), self._maker(pop_kind, "pop")
         roles = {"delay": delay, "pop": pop}
         watchdog = Watchdog(report_after_s=60, give_up_after_s=120, on_stall=lambda _: None)
@@ -74,7 +75,7 @@ class Fixture:
         self, skipped: frozenset[int], follow: frozenset[int], _: LoopHealth
     ) -> SteppingRole:
         self.standbys.append((skipped, follow))
-        self.standby_roles.append(HeldRole("standby", -1))
+        self.standby_roles.append(self.standby_kind("standby", -1))
         if self.standbys_start_at_once:
             self.standby_roles[-1].may_start.set()
         return self.standby_roles[-1]
@@ -244,3 +245,27 @@ def test_the_index_is_current_where_a_started_role_or_a_caught_up_standby_keeps_
     wait_for(lambda: [g.conductor.freshness(s) for s in (0, 3)] == [current] * 2, 5, "started")
     assert [g.conductor.freshness(s) for s in (1, 2)] == [elsewhere] * 2
     g.conductor.stop()
+
+
+class SlowStandby(HeldRole):
+    def step(self) -> None:
+        super().step()
+        time.sleep(0.25)
+
+
+def test_a_shard_elected_here_is_caught_up_on_not_elsewhere_while_the_conductor_takes_it() -> None:
+    """Between the old standby's stop and the start of the shard's roles nothing here keeps the
+    shard, yet the group names this worker its owner: a call must wait, not be refused (what
+    failed in CI with e3b9790)."""
+    f = Fixture(keeps_all=True, standby_kind=SlowStandby)
+    f.conductor.reconcile(frozenset({0}), frozenset())
+    wait_for(lambda: f.conductor.freshness(1) is Freshness.CURRENT, 5, "the standby keeps 1")
+    taking = threading.Thread(target=f.conductor.reconcile, args=(frozenset({0, 1}), frozenset()))
+    seen = []
+    taking.start()
+    while taking.is_alive():
+        seen.append(f.conductor.freshness(1))
+        time.sleep(0.001)
+    wait_for(lambda: f.conductor.freshness(1) is Freshness.CURRENT, 5, "its delay role started")
+    assert Freshness.CATCHING_UP in seen and Freshness.ELSEWHERE not in seen
+    f.conductor.stop()
