@@ -279,7 +279,11 @@ async def _send(
         # Read-your-writes: a GET or DELETE right after this answer should find the schedule.
         # (Not while its shard has no owner that follows it: nothing here would show it.)
         if await freshness_here(node, node.shard_map.of_key(schedule_id)) is Freshness.CURRENT:
-            await wait_for_schedule(node, schedule_id, lambda s: s is not None, VISIBLE_WAIT_S)
+            standing = await wait_for_schedule(
+                node, schedule_id, lambda s: s is not None, VISIBLE_WAIT_S
+            )
+            if standing is not None:  # another call's schedule of this id may have come first
+                due = standing.due_ms
         return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=due)
     except Exception as error:  # one failed record must not fail the others
         return ProduceResult(status="error", code="produce_failed", detail=str(error)[:500])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -251,3 +252,24 @@ def test_immediate_and_delayed_produce_over_http(sidecar, new_topic):
         wait_for(
             lambda: http.get("/v1/schedules/d1").json()["state"] == "delivered", 10, "delivered"
         )
+
+
+def test_racing_schedule_calls_answer_the_due_time_that_stands(sidecar, new_topic):
+    """The first schedule of an id wins, and so does every call's answer: calls racing with the
+    same ids and other due times all answer the due time a GET shows afterwards."""
+    topic = new_topic("race")
+    base = now_ms() + 600_000
+    ids = [f"race-{i}" for i in range(30)]
+
+    def schedule_all(offset_ms: int) -> dict[str, int]:
+        with sidecar.client() as http:
+            messages = [{"value": "x", "deliver_at_ms": base + offset_ms, "id": i} for i in ids]
+            response = _post(http, topic, *messages)
+        assert response.status_code == 200, response.text
+        return {r["id"]: r["deliver_at_ms"] for r in response.json()["results"]}
+
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(schedule_all, (0, 1000, 2000)))
+    with sidecar.client() as http:
+        standing = {i: http.get(f"/v1/schedules/{i}").json()["deliver_at_ms"] for i in ids}
+    assert answers == [standing] * 3
