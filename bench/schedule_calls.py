@@ -95,7 +95,8 @@ def run(
     shard = min(led(owner))
     ids = schedule_ids(ShardMap(SHARDS, SHARDS), shard)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    time.sleep(5)  # both standbys caught up, the group settled
+    for sidecar in sidecars:
+        sidecar.wait_ready(timeout_s=120)
 
     def raw() -> None:
         producer.produce(raw_topic, b"x", next(ids).encode())
@@ -115,6 +116,8 @@ def run(
         return call
 
     at_owner, elsewhere = post(owner), post(other)
+    at_owner()  # untimed: each sidecar's index has caught up on the shard once it answers
+    elsewhere()
     for round_ in range(args.rounds):
         for name, call in (("raw produce, waited", raw), ("POST at the owner", at_owner),
                            ("POST at the other", elsewhere)):  # fmt: skip
