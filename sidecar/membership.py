@@ -14,11 +14,13 @@ each shard's roles (one fixed transactional.id per shard and role) do, because a
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
 log = structlog.get_logger(__name__)
 
@@ -67,10 +69,13 @@ class Membership:
     def start(self) -> None:
         self._thread.start()
 
-    def members(self, admin: AdminClient, timeout_s: float) -> list[Member]:
+    def describe(self, admin: AdminClient, request_timeout_s: float) -> Future[Any]:
+        """Ask the group's coordinator for the group's members (`members` reads the answer)."""
+        futures = admin.describe_consumer_groups([self.group], request_timeout=request_timeout_s)
+        return futures[self.group]
+
+    def members(self, description: ConsumerGroupDescription) -> list[Member]:
         """Every member of the group with its HTTP address and the shards it holds."""
-        futures = admin.describe_consumer_groups([self.group], request_timeout=timeout_s)
-        description = futures[self.group].result(timeout=timeout_s)
         found = []
         for member in description.members:
             if not member.client_id.startswith(CLIENT_PREFIX):
