@@ -141,3 +141,19 @@ def sidecar_factory(
     for sidecar in started:
         if sidecar.running():
             sidecar.terminate(signal.SIGKILL)
+    crashed = {s.env["KPD_NODE_ID"]: native_crashes(s.log_path) for s in started}
+    crashed = {node: lines for node, lines in crashed.items() if lines}
+    if crashed:  # `kpd run` restarts a crashed worker: only its log tells
+        pytest.fail(f"a sidecar worker crashed in native code: {crashed}")
+
+
+# What a worker's native crash leaves in its log: an assertion or fatal error of librdkafka or
+# CPython, and `kpd run` reporting a worker killed by SIGABRT or SIGSEGV (tests kill with SIGKILL).
+NATIVE_CRASH_MARKS = ("Assertion `", "Fatal Python error", "code=-6 ", "code=-11 ")
+
+
+def native_crashes(log_path: Path) -> list[str]:
+    if not log_path.exists():
+        return []
+    lines = log_path.read_text(errors="replace").splitlines()
+    return [line for line in lines if any(mark in line for mark in NATIVE_CRASH_MARKS)]
