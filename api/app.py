@@ -20,7 +20,9 @@ from api.problems import install_problem_handlers
 def create_app(node: Node) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        node.availability.bind(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        node.availability.bind(loop)
+        node.index_writes.bind(loop)
         node.start()
         try:
             yield

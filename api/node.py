@@ -8,6 +8,7 @@ from typing import Protocol
 import httpx
 
 from api.availability import Availability
+from api.index_writes import IndexWrites
 from delay_service.schedules import Freshness, ScheduleIndex
 from foundation.async_producer import AsyncProducer
 from foundation.config import Settings
@@ -25,6 +26,7 @@ class Node(Protocol):
     http: httpx.AsyncClient  # forwards calls to the sidecar that owns them
     codec: ReceiptCodec
     availability: Availability  # wakes long polls when records arrive
+    index_writes: IndexWrites  # wakes calls waiting for the schedule index
 
     @property
     def shard_map(self) -> ShardMap: ...

@@ -13,6 +13,7 @@ the delivery.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Annotated, Literal
@@ -149,13 +150,18 @@ async def buffer_partition(node: Node, schedule_id: str) -> int | None:
 async def wait_for_schedule(
     node: Node, schedule_id: str, done: Callable[[Schedule | None], bool], timeout_s: float
 ) -> Schedule | None:
-    """Poll this node's index until `done(schedule)`; the last state seen when time runs out."""
+    """Look at this node's index until `done(schedule)`, again at each index write (and every
+    `POLL_S` besides); the last state seen when time runs out."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        schedule = node.schedules.get(schedule_id)
-        if done(schedule) or time.monotonic() > deadline:
-            return schedule
-        await asyncio.sleep(POLL_S)
+    with node.index_writes.waiting() as written:
+        while True:
+            written.clear()  # before the look: a write after it wakes the wait below
+            schedule = node.schedules.get(schedule_id)
+            left = deadline - time.monotonic()
+            if done(schedule) or left < 0:
+                return schedule
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(written.wait(), min(POLL_S, left))
 
 
 async def _settled(node: Node, schedule_id: str) -> Schedule:

@@ -7,7 +7,7 @@ belong together go into one `WriteBatch`, so a crash never leaves half of them o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import rocksdict
@@ -47,6 +47,11 @@ class Store:
         )
         self._families = {name: self._db.get_column_family(name) for name in column_families}
         self._handles = {name: self._db.get_column_family_handle(name) for name in column_families}
+        self._on_write: list[Callable[[], None]] = []
+
+    def on_write(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after every write (on the writing thread): it must be quick."""
+        self._on_write.append(listener)
 
     def get(self, family: str, key: bytes) -> bytes | None:
         value = self._families[family].get(key)
@@ -72,6 +77,8 @@ class Store:
     def write(self, batch: Batch) -> None:
         if not batch.empty:
             self._db.write(batch.raw)
+            for listener in self._on_write:
+                listener()
 
     def clear(self, families: Iterable[str]) -> None:
         """Drop every key of the given families (used when the index is rebuilt from Kafka)."""

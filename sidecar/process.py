@@ -20,6 +20,7 @@ import httpx
 import structlog
 
 from api.availability import Availability
+from api.index_writes import IndexWrites
 from delay_service.ingest_turns import IngestTurns
 from delay_service.leader import DelayDeps, DelayLeader
 from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
@@ -77,6 +78,8 @@ class Sidecar:
         self.http = httpx.AsyncClient()  # forwards calls to the owners of other shards
         self.codec = ReceiptCodec(_receipt_secret(settings))
         self.availability = Availability()
+        self.index_writes = IndexWrites()
+        self.store.on_write(self.index_writes.written)
         timeout_s = settings.kafka_timeout_ms / 1000
         # A step that waits on Kafka longer than every call of it could: stuck for good.
         self.watchdog = Watchdog(
