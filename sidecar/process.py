@@ -222,7 +222,8 @@ class Sidecar:
         self.membership = Membership(
             self.client_config, s.state_topic("leader"), s.election_session_timeout_ms, self.url
         )
-        self._owners = Owners(self.membership, self.admin, timeout_s)
+        # A client of its own: its request may stay pending through an outage (`sidecar.owners`).
+        self._owners = Owners(self.membership, admin_client(s), timeout_s)
         self._successor = Successor(self._owners, self.url) if s.early_takeover else None
         self.broker_clock = BrokerClock(self.producer_config, s.state_topic("clock"), s.node_id)
         self.broker_clock.start()

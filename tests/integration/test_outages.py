@@ -95,10 +95,6 @@ def test_broker_restarts_under_load_lose_nothing(sidecar_factory, broker: LocalK
     print(f"\nready again after the broker returned ({OUTAGE_CYCLES} cycles): {recoveries} s")
     delay.assert_delivered()
     pop.assert_each_acked_once()
-    for sidecar in sidecars:  # no worker died on the way (librdkafka aborts: `sidecar.owners`)
-        lines = sidecar.log_path.read_text(errors="replace").splitlines()
-        died = [line for line in lines if "worker exited" in line or "Assertion" in line]
-        assert not died, died
 
 
 def test_a_paused_broker_shows_as_a_stall_and_nothing_is_lost(
