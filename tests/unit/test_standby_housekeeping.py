@@ -1,0 +1,62 @@
+"""The standby's housekeeping (`Standby._forget_released`) skips a round when Kafka fails it,
+instead of restarting the standby: while the broker restarts, the group coordinator's "not
+coordinator" answers to the replay-floor lookup restarted it 11 times in 10 restarts."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from foundation.shards import ShardMap
+from revive.metrics import STANDBY_CHECKPOINTS
+from revive.pop_follower import PopFollower
+from sidecar.conductor import Standby
+
+
+class QuietFollower:
+    """The schedules' follower, with nothing to apply."""
+
+    def poll_once(self, _timeout_s: float) -> int:
+        return 0
+
+
+class FloorsReader:
+    """The pop-state reader: nothing to read; the floors lookup fails while `failing`."""
+
+    def __init__(self) -> None:
+        self.failing = True
+        self.looked = 0
+
+    def read(self, _timeout_s: float) -> list[Any]:
+        return []
+
+    def positions(self) -> list[TopicPartition]:
+        return []
+
+    def floors(self) -> dict[int, int]:
+        self.looked += 1
+        if self.failing:
+            raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+        return {}
+
+
+def test_a_failed_floors_lookup_skips_the_round_and_the_next_one_counts() -> None:
+    reader = FloorsReader()
+    pops = PopFollower(ShardMap(2, 2))
+    standby = Standby(
+        cast(Any, QuietFollower()), (pops, cast(Any, reader), frozenset()), cast(Any, None)
+    )
+    STANDBY_CHECKPOINTS.set(7)
+
+    standby.step()  # the lookup fails: the step goes on, the gauge keeps its last value
+    assert reader.looked == 1
+    assert STANDBY_CHECKPOINTS._value.get() == 7
+
+    reader.failing = False
+    standby.step()  # within RELEASED_EVERY_S of the last round: not looked up
+    assert reader.looked == 1
+    standby._released_at = 0.0  # the next round is due
+    standby.step()
+    assert reader.looked == 2
+    assert STANDBY_CHECKPOINTS._value.get() == 0  # no followed state places any checkpoint
