@@ -5,14 +5,14 @@ member list (each member's client id carries its HTTP address).
 
 The member list comes from an admin request to the group's coordinator, and librdkafka aborts the
 whole process when such a request times out inside it while the coordinator is away and the
-coordinator then returns (librdkafka issue #4605, open): the sidecars of
+coordinator then returns (librdkafka issue #4605, open). The sidecars of
 `tests/integration/test_outages.py` crashed that way on about half of the broker restarts (a
-test's sidecar that crashes in native code now fails it: `tests/conftest.py`). A
-probe with requests timing out in 10 s outages crashed too when the admin client was renewed after
-each failure, or made anew for each request. So the request gets a timeout librdkafka never
-reaches, and this side waits for its answer a bounded time per round, asking again only once it
-is answered: while Kafka is away one request stays pending, answered when Kafka returns. The
-admin client is the owners' own, so nothing else of the worker waits behind that request.
+sidecar that crashes in native code now fails its test: `tests/conftest.py`). An ad hoc probe,
+with requests timing out in 10 s outages, crashed too when the admin client was renewed after
+each failure or made anew for each request (BENCHMARKS.md, 2026-11-26 17:03). So the request gets
+a timeout librdkafka never reaches, and this side waits for its answer a bounded time per round,
+asking again only once it is answered: while Kafka is away one request stays pending, answered
+when Kafka returns. The admin client is the owners' own, so nothing else waits behind it.
 """
 
 from __future__ import annotations
