@@ -10,16 +10,22 @@ from kafka_helpers import (
     assert_exactly_once,
     assert_never_early,
     buffer_record,
+    led_shards,
     make_producer,
     metric_total,
     metric_values,
     now_ms,
     produce_to_partition,
     wait_delivering,
+    wait_for,
 )
 
-# Waiting when the shards start: each has a backlog of many steps, and both read at once.
+# Both shards' leaders run while the backlogs arrive in alternating chunks, so both read records at
+# once (each chunk is a few steps of ingest). Backlogs built while the sidecar was stopped left the
+# overlap to when each shard's leader happened to start: in 2 CI runs one shard had drained its
+# backlog before the other started, and no shard waited.
 PER_PARTITION = 20_000
+CHUNK = 1_000
 
 
 def test_shards_take_turns_and_held_records_are_delivered_once(
@@ -32,17 +38,17 @@ def test_shards_take_turns_and_held_records_are_delivered_once(
     target = new_topic("turns")
     with sidecar.client() as http:
         wait_delivering(http, new_topic("warm"))
-    sidecar.stop()  # the backlogs build up while no shard reads
-    due = now_ms() + 4000
-    ids: dict[int, list[str]] = {}
+    wait_for(lambda: led_shards(sidecar) == set(range(partitions)), 60, "every shard led")
+    due = now_ms() + 8000
+    ids: dict[int, list[str]] = {partition: [] for partition in range(partitions)}
     producer = make_producer(kafka_bootstrap)
-    for partition in range(partitions):
-        records = [
-            buffer_record(target, value=f"{partition}-{i}".encode(), deliver_at=due)
-            for i in range(PER_PARTITION)
-        ]
-        ids[partition] = produce_to_partition(producer, buffer, partition, records)
-    sidecar.start()
+    for start in range(0, PER_PARTITION, CHUNK):
+        for partition in range(partitions):
+            records = [
+                buffer_record(target, value=f"{partition}-{i}".encode(), deliver_at=due)
+                for i in range(start, start + CHUNK)
+            ]
+            ids[partition] += produce_to_partition(producer, buffer, partition, records)
     expected = {i for p in ids for i in ids[p]}
     assert len(expected) == partitions * PER_PARTITION
 
@@ -53,6 +59,7 @@ def test_shards_take_turns_and_held_records_are_delivered_once(
     assert_exactly_once(messages, expected)
     with sidecar.client() as http:
         waits = metric_total(metric_values(http), "kpd_delay_ingest_waits_total")
+    print(f"\ningest turns waited for: {waits}")
     assert waits is not None and waits > 0, "no shard ever waited for the ingest turn"
 
     # Every buffer record was ingested and committed: the delay leaders' committed offsets are
