@@ -7,12 +7,20 @@ waits on an event of its own for its (group, topic) in the event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from revive import metrics
 
 Key = tuple[str, str]  # (group, topic)
+
+
+async def until(waiting: Awaitable[Any], timeout_s: float) -> None:
+    """Wait for `waiting` (an event's wait) at most `timeout_s`; a timeout is no error."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(waiting, timeout_s)
 
 
 class Availability:

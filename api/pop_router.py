@@ -18,12 +18,12 @@ Calls forwarded by a peer are answered from local shards only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from api.availability import until
 from api.forwarding import send
 from api.node import Node
 from api.problems import Problem, leadership_moving
@@ -88,7 +88,7 @@ class PopRouter:
                 if count or left <= 0:
                     return count
                 arrived.clear()
-                await _until(arrived.wait(), left)
+                await until(arrived.wait(), left)
 
     def _sources(self, group: str, topic: str, local: bool) -> list[Source]:
         """Who serves lanes of (group, topic): this worker's shards, then the other owners."""
@@ -274,11 +274,6 @@ async def _answer(future: Any) -> Any:
         raise Problem(503, "leader_busy", "the pop service did not answer in time") from None
     except RuntimeError as error:  # the service stopped leading before it took the call
         raise leadership_moving("not_leader", str(error)) from None
-
-
-async def _until(waiting: Awaitable[Any], timeout_s: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(waiting, timeout_s)
 
 
 def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:

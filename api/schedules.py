@@ -13,7 +13,6 @@ the delivery.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Annotated, Literal
@@ -21,6 +20,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel
 
+from api.availability import until
 from api.deps import get_node
 from api.forwarding import is_forwarded, relayed, segment, send
 from api.node import Node
@@ -160,8 +160,7 @@ async def wait_for_schedule(
             left = deadline - time.monotonic()
             if done(schedule) or left < 0:
                 return schedule
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(written.wait(), min(POLL_S, left))
+            await until(written.wait(), min(POLL_S, left))
 
 
 async def _settled(node: Node, schedule_id: str) -> Schedule:

@@ -26,11 +26,17 @@ def test_a_waiting_call_wakes_at_the_index_write(
     store = Store(tmp_path / "rocksdb", [FAMILY])
     writes = IndexWrites()
     store.on_write(writes.written)
-    index = SimpleNamespace(get=lambda schedule_id: store.get(FAMILY, schedule_id.encode()))
-    node: Any = SimpleNamespace(schedules=index, index_writes=writes)
+    looked = threading.Event()  # the call has looked once, found nothing, and waits
+
+    def get(schedule_id: str) -> bytes | None:
+        found = store.get(FAMILY, schedule_id.encode())
+        looked.set()
+        return found
+
+    node: Any = SimpleNamespace(schedules=SimpleNamespace(get=get), index_writes=writes)
 
     def write_later() -> None:
-        time.sleep(0.2)  # the call is waiting by then
+        assert looked.wait(10)
         batch = store.batch()
         batch.put(FAMILY, b"s-1", b"scheduled")
         store.write(batch)
@@ -49,4 +55,4 @@ def test_a_waiting_call_wakes_at_the_index_write(
     finally:
         store.close()
     assert found == b"scheduled"
-    assert waited_s < 2.0  # the write came after 0.2 s; the next poll would come after 30
+    assert waited_s < 2.0  # the write came after the first look; the next poll after 30 s
