@@ -9,15 +9,25 @@ coordinator then returns (librdkafka issue #4605, open). The sidecars of
 `tests/integration/test_outages.py` crashed that way on about half of the broker restarts (a
 sidecar that crashes in native code now fails its test: `tests/conftest.py`). An ad hoc probe,
 with requests timing out in 10 s outages, crashed too when the admin client was renewed after
-each failure or made anew for each request (BENCHMARKS.md, 2026-11-26 17:03). So the request gets
-a timeout librdkafka never reaches, and this side waits for its answer a bounded time per round,
-asking again only once it is answered: while Kafka is away one request stays pending, answered
-when Kafka returns. The admin client is the owners' own, so nothing else waits behind it.
+each failure or made anew for each request (BENCHMARKS.md, 2026-11-26 17:03). So a request gets
+a timeout librdkafka never reaches, and this side waits for answers a bounded time per round.
+
+Such a request can also stay pending after Kafka is back, and so can later ones on the same
+client: librdkafka's coordinator requests may wait for a broker state change they missed (its
+pull request #3847, open). One request at a time left a sidecar routing by a view 2 minutes old
+after a broker restart, answering `no_leader` for a shard another sidecar led (CI, stop 29); asking
+again on the same client, requests sent with the broker back stayed pending too. So a request
+pending `REASK_AFTER_S` is asked again beside it on a fresh admin client, with up to
+`MAX_CLIENTS` clients at once (a client is dropped once nothing is pending on it: never with a
+request in it), and the newest answer counts. A view older than `STALE_AFTER_S` makes the worker
+unready; one unready that way while a fresh client reaches Kafka restarts (`sidecar.self_heal`).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 import structlog
@@ -31,30 +41,39 @@ log = structlog.get_logger(__name__)
 REFRESH_S = 1.0
 # librdkafka's own timeout of the member-list request: never reached but in an outage this long.
 DESCRIBE_TIMEOUT_S = 3600.0
+REASK_AFTER_S = 4.0  # a request pending this long is asked again beside it, on a fresh client
+MAX_CLIENTS = 3  # admin clients with a request pending, at most (an outage keeps them all)
+STALE_AFTER_S = 10.0  # a view older than this leaves the worker unready
 
 
 class Owners(PeriodicThread):
-    def __init__(self, membership: Membership, admin: AdminClient, timeout_s: float) -> None:
-        super().__init__("owners", REFRESH_S, join_s=timeout_s + 1)
-        self._membership, self._admin, self._timeout_s = membership, admin, timeout_s
+    def __init__(self, membership: Membership, new_admin: Callable[[], AdminClient]) -> None:
+        super().__init__("owners", REFRESH_S)
+        self._membership, self._new_admin = membership, new_admin
         self.by_shard: dict[int, str] = {}  # replaced whole, so readers never see it half-made
         self.members: list[Member] = []
-        self._asked: Future[Any] | None = None  # the member-list request not answered yet
+        self._admin: AdminClient | None = None  # the client new requests go to
+        # Requests not answered yet -> when asked, and the client they wait in.
+        self._pending: dict[Future[Any], tuple[float, AdminClient]] = {}
+        self._started = time.monotonic()
+        self._asked_at = float("-inf")  # when the request of the view in use was asked
+        self._viewed_at: float | None = None  # when that view came
 
     def tick(self) -> None:
-        if self._asked is None:
-            self._asked = self._membership.describe(self._admin, DESCRIBE_TIMEOUT_S)
-        try:
-            description = self._asked.result(timeout=self._timeout_s)
-        except Exception as error:  # Kafka away: keep the last answer, /readyz says why
-            log.debug("cannot list shard owners", error=repr(error))
-            if self._asked.done():  # failed: ask again next round; else it is still pending
-                self._asked = None
-            return
-        self._asked = None
-        members = self._membership.members(description)
-        self.by_shard = {s: m.url for m in members for s in m.shards}
-        self.members = sorted(members, key=lambda m: m.member_id)
+        self._ask()
+        # A round waits for an answer no longer than its period: the next one may ask again.
+        done, _ = wait(self._pending, timeout=REFRESH_S, return_when=FIRST_COMPLETED)
+        for future in sorted(done, key=lambda f: self._pending[f][0]):  # the newest wins
+            asked_at, _ = self._pending.pop(future)
+            error = future.exception()
+            if error is not None:  # Kafka away: keep the last view, /readyz says why
+                log.debug("cannot list shard owners", error=repr(error))
+            elif asked_at > self._asked_at:
+                self._show(self._membership.members(future.result()), asked_at)
+
+    def stale_s(self) -> float:
+        """How old the view in use is (since the worker started, before the first one)."""
+        return time.monotonic() - (self._viewed_at or self._started)
 
     def predecessor(self, url: str) -> Member | None:
         """The member before the one at `url` in the ring of members ordered by id (the first
@@ -64,3 +83,26 @@ class Owners(PeriodicThread):
         if not mine or len(members) < 2:
             return None
         return members[mine[0] - 1]
+
+    def _show(self, members: list[Member], asked_at: float) -> None:
+        self.by_shard = {s: m.url for m in members for s in m.shards}
+        self.members = sorted(members, key=lambda m: m.member_id)
+        self._asked_at, self._viewed_at = asked_at, time.monotonic()
+
+    def _ask(self) -> None:
+        """Ask for the members unless a request is pending; one pending `REASK_AFTER_S` may be
+        stuck in its client, so ask on a fresh one (while fewer than `MAX_CLIENTS` wait)."""
+        now = time.monotonic()
+        waiting = {f: v for f, v in self._pending.items() if not f.done()}  # done: read this round
+        mine = [asked_at for asked_at, admin in waiting.values() if admin is self._admin]
+        if self._admin is None:
+            self._admin = self._new_admin()
+        elif mine:
+            clients = {id(admin) for _, admin in waiting.values()}
+            if now - max(mine) < REASK_AFTER_S or len(clients) >= MAX_CLIENTS:
+                return
+            pending_s = round(now - max(mine), 1)
+            log.info("shard owners request pending; asking on a fresh client", s=pending_s)
+            self._admin = self._new_admin()
+        future = self._membership.describe(self._admin, DESCRIBE_TIMEOUT_S)
+        self._pending[future] = (now, self._admin)

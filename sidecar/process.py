@@ -43,7 +43,7 @@ from revive.replay import PopStateReader
 from revive.service import PopDeps, PopService
 from sidecar.conductor import Conductor, Standby
 from sidecar.membership import Membership
-from sidecar.owners import Owners
+from sidecar.owners import STALE_AFTER_S, Owners
 from sidecar.self_heal import SelfHeal
 from sidecar.successor import Successor
 from sidecar.topology import kpd_topic_names, set_up
@@ -131,6 +131,10 @@ class Sidecar:
             reasons.append("kpd topics not created yet")
         if self.membership is None or not self.membership.assigned_once:
             reasons.append("shard leaders not known yet")
+        owners = self._owners
+        if owners is not None and owners.stale_s() > STALE_AFTER_S:
+            # Calls would go by an old view (`sidecar.owners`); self-heal restarts on this.
+            reasons.append(f"shard leaders not known for {owners.stale_s():.0f} s")
         clock = self.broker_clock
         if clock is not None and clock.measured and not self._clock_fit():
             reasons.append(
@@ -218,12 +222,11 @@ class Sidecar:
             self._standby,
             self._schedules_kept,
         )
-        timeout_s = s.kafka_timeout_ms / 1000
         self.membership = Membership(
             self.client_config, s.state_topic("leader"), s.election_session_timeout_ms, self.url
         )
-        # A client of its own: its request may stay pending through an outage (`sidecar.owners`).
-        self._owners = Owners(self.membership, admin_client(s), timeout_s)
+        # Clients of its own: their requests may stay pending through an outage (`sidecar.owners`).
+        self._owners = Owners(self.membership, lambda: admin_client(s))
         self._successor = Successor(self._owners, self.url) if s.early_takeover else None
         self.broker_clock = BrokerClock(self.producer_config, s.state_topic("clock"), s.node_id)
         self.broker_clock.start()

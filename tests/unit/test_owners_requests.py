@@ -1,68 +1,137 @@
-"""How the shard owners are asked for (`sidecar.owners`): one member-list request at a time, with
-a timeout librdkafka never reaches, waited for a bounded time per round. A request that timed out
-inside librdkafka would abort the process once the coordinator returns (librdkafka #4605); the
-outage test (`tests/integration/test_outages.py`) shows it against a real broker."""
+"""How the shard owners are asked for (`sidecar.owners`): requests with a timeout librdkafka never
+reaches (one that timed out inside it aborted the process once the coordinator returned,
+librdkafka #4605), a request pending too long asked again on a fresh client (requests also stayed
+pending in a client with the broker back), the newest answer counting, and the view's age for
+/readyz. The outage test (`tests/integration/test_outages.py`) shows both against a real broker."""
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 from typing import Any, cast
 
-from sidecar.membership import Member
-from sidecar.owners import DESCRIBE_TIMEOUT_S, Owners
+import pytest
 
-ROUND_WAIT_S = 0.01  # how long a round waits for the answer (the worker's Kafka timeout)
+from sidecar import owners as owners_module
+from sidecar.membership import Member
+from sidecar.owners import DESCRIBE_TIMEOUT_S, MAX_CLIENTS, REASK_AFTER_S, Owners
+
+A = Member("id-a", "http://a", frozenset({0, 2}))
+B = Member("id-b", "http://b", frozenset({1}))
 
 
 class AskedMembership:
     """Stands in for the group: hands out the requests' futures for the test to answer."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[Future[Any], float]] = []
+        self.asked: list[tuple[Future[Any], object, float]] = []  # future, client, timeout
 
-    def describe(self, _admin: Any, request_timeout_s: float) -> Future[Any]:
+    def describe(self, admin: object, request_timeout_s: float) -> Future[Any]:
         future: Future[Any] = Future()
-        self.asked.append((future, request_timeout_s))
+        self.asked.append((future, admin, request_timeout_s))
         return future
 
     def members(self, description: list[Member]) -> list[Member]:
         return description
 
+    def answer(self, i: int, members: list[Member]) -> None:
+        self.asked[i][0].set_result(members)
+
+    def clients(self) -> list[object]:
+        return [admin for _, admin, _ in self.asked]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(owners_module.time, "monotonic", clock)
+    monkeypatch.setattr(owners_module, "REFRESH_S", 0.01)  # a round's wait for answers
+    return clock
+
 
 def owners_of(membership: AskedMembership) -> Owners:
-    return Owners(cast(Any, membership), cast(Any, None), ROUND_WAIT_S)  # ticked by the test
+    return Owners(cast(Any, membership), object)  # each client a new object; ticked by the test
 
 
-def test_a_pending_request_is_waited_for_not_asked_again() -> None:
+def test_a_pending_request_is_waited_for_then_asked_anew_on_the_same_client(clock: Clock) -> None:
     membership = AskedMembership()
     owners = owners_of(membership)
     owners.tick()
-    owners.tick()  # Kafka away: the first request is still pending
-    assert [timeout for _, timeout in membership.asked] == [DESCRIBE_TIMEOUT_S]
+    clock.now += REASK_AFTER_S - 0.5
+    owners.tick()  # Kafka away a moment: the request is still pending
+    assert [timeout for _, _, timeout in membership.asked] == [DESCRIBE_TIMEOUT_S]
     assert DESCRIBE_TIMEOUT_S >= 3600  # beyond any outage a round waits out
     assert owners.by_shard == {}
 
-    member = Member("id-a", "http://a", frozenset({0, 2}))
-    membership.asked[0][0].set_result([member])  # Kafka is back: the same request is answered
-    owners.tick()
+    membership.answer(0, [A])  # Kafka is back: the same request is answered
+    owners.tick()  # reads it, and asks anew on the same client
     assert owners.by_shard == {0: "http://a", 2: "http://a"}
-    assert owners.members == [member]
-    assert len(membership.asked) == 1
-
-    owners.tick()  # answered: the next round asks anew
+    assert owners.members == [A]
     assert len(membership.asked) == 2
+    assert membership.clients()[1] is membership.clients()[0]
 
 
-def test_a_failed_request_keeps_the_last_answer_and_is_asked_again() -> None:
+def test_a_failed_request_keeps_the_view_and_is_asked_again(clock: Clock) -> None:
     membership = AskedMembership()
     owners = owners_of(membership)
     owners.tick()
-    membership.asked[0][0].set_result([Member("id-a", "http://a", frozenset({1}))])
-    owners.tick()  # reads the answer
-    owners.tick()  # asks anew; no answer within the round
+    membership.answer(0, [B])
+    owners.tick()  # asks anew, reads the answer
     membership.asked[1][0].set_exception(RuntimeError("coordinator not available"))
-    owners.tick()  # reads the failure
-    assert owners.by_shard == {1: "http://a"}
-    assert len(membership.asked) == 2
-    owners.tick()  # failed: asked again
+    owners.tick()  # asks again, reads the failure
+    assert owners.by_shard == {1: "http://b"}
     assert len(membership.asked) == 3
+    assert len(set(map(id, membership.clients()))) == 1
+
+
+def test_a_request_pending_too_long_is_asked_again_on_a_fresh_client(clock: Clock) -> None:
+    membership = AskedMembership()
+    owners = owners_of(membership)
+    owners.tick()
+    clock.now += REASK_AFTER_S
+    owners.tick()  # stuck in its client, maybe: asked beside it on a new one
+    assert len(membership.asked) == 2
+    assert membership.clients()[1] is not membership.clients()[0]
+
+    membership.answer(1, [B])
+    owners.tick()
+    assert owners.by_shard == {1: "http://b"}
+    membership.answer(0, [A])  # the older request answers late: its view is older
+    owners.tick()
+    assert owners.by_shard == {1: "http://b"}
+
+
+def test_clients_with_requests_pending_are_bounded(clock: Clock) -> None:
+    membership = AskedMembership()
+    owners = owners_of(membership)
+    for _ in range(MAX_CLIENTS + 3):  # a long outage: nothing answers
+        owners.tick()
+        clock.now += REASK_AFTER_S
+    assert len(membership.asked) == MAX_CLIENTS
+    assert len(set(map(id, membership.clients()))) == MAX_CLIENTS
+
+    membership.answer(0, [A])  # the oldest client's request is answered: room for one more
+    owners.tick()
+    assert owners.by_shard == {0: "http://a", 2: "http://a"}
+    assert len(membership.asked) == MAX_CLIENTS + 1
+
+
+def test_the_view_age_counts_from_start_then_from_each_answer(clock: Clock) -> None:
+    membership = AskedMembership()
+    owners = owners_of(membership)
+    owners.tick()
+    clock.now += 7
+    assert owners.stale_s() == 7  # no view yet: as old as the worker
+    membership.answer(0, [A])
+    owners.tick()
+    assert owners.stale_s() == 0
+    clock.now += 12
+    owners.tick()  # the request asked then is not answered
+    assert owners.stale_s() == 12

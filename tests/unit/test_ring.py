@@ -9,7 +9,7 @@ from sidecar.owners import Owners
 
 
 def ring(*members: Member) -> Owners:
-    owners = Owners(cast(Any, None), cast(Any, None), 1.0)  # never started: no Kafka here
+    owners = Owners(cast(Any, None), cast(Any, None))  # never started: no Kafka here
     owners.members = sorted(members, key=lambda m: m.member_id)
     return owners
 
