@@ -34,6 +34,12 @@ SHARD_LEADER = Gauge(
     ["shard"],
     multiprocess_mode="livemax",
 )
+OWNERS_VIEW_AGE = Gauge(
+    "kpd_shard_owners_view_age_seconds",
+    "How old this worker's view of who leads each shard is (refreshed every second; calls for "
+    "other shards are sent by it; older than 10 s, /readyz says so)",
+    multiprocess_mode="livemax",
+)
 CLOCK_OFFSET = Gauge(
     "kpd_clock_offset_ms",
     "This node's wall clock minus the broker's, from the LogAppendTime of its own writes",

@@ -13,14 +13,14 @@ each failure or made anew for each request (BENCHMARKS.md, 2026-11-26 17:03). So
 a timeout librdkafka never reaches, and this side waits for answers a bounded time per round.
 
 Such a request can also stay pending after Kafka is back, and so can later ones on the same
-client: librdkafka's coordinator requests may wait for a broker state change they missed (its
-pull request #3847, open). One request at a time left a sidecar routing by a view 2 minutes old
-after a broker restart, answering `no_leader` for a shard another sidecar led (CI, stop 29); asking
-again on the same client, requests sent with the broker back stayed pending too. So a request
-pending `REASK_AFTER_S` is asked again beside it on a fresh admin client, with up to
-`MAX_CLIENTS` clients at once (a client is dropped once nothing is pending on it: never with a
-request in it), and the newest answer counts. A view older than `STALE_AFTER_S` makes the worker
-unready; one unready that way while a fresh client reaches Kafka restarts (`sidecar.self_heal`).
+client: librdkafka's debug log showed them waiting in its coordinator lookup with the broker up
+(its pull request #3847, open, describes such requests). One request at a time left a sidecar
+routing by a view 2 minutes old after a broker restart, answering `no_leader` for a shard another
+sidecar led (CI, stop 29; BENCHMARKS.md, 2026-11-26 20:17). So a request pending `REASK_AFTER_S`
+is asked again beside it on a fresh admin client, with up to `MAX_CLIENTS` clients holding a
+request (a client is let go only once none of its requests is pending), and the newest answer
+counts. A view older than `STALE_AFTER_S` makes the worker unready; one unready that way while a
+fresh client reaches Kafka restarts (`sidecar.self_heal`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 import structlog
 from confluent_kafka.admin import AdminClient
 
+from foundation.metrics import OWNERS_VIEW_AGE
 from foundation.periodic import PeriodicThread
 from sidecar.membership import Member, Membership
 
@@ -70,6 +71,7 @@ class Owners(PeriodicThread):
                 log.debug("cannot list shard owners", error=repr(error))
             elif asked_at > self._asked_at:
                 self._show(self._membership.members(future.result()), asked_at)
+        OWNERS_VIEW_AGE.set(self.stale_s())
 
     def stale_s(self) -> float:
         """How old the view in use is (since the worker started, before the first one)."""

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 
+from foundation.metrics import OWNERS_VIEW_AGE
 from sidecar import owners as owners_module
 from sidecar.membership import Member
 from sidecar.owners import DESCRIBE_TIMEOUT_S, MAX_CLIENTS, REASK_AFTER_S, Owners
@@ -135,3 +136,4 @@ def test_the_view_age_counts_from_start_then_from_each_answer(clock: Clock) -> N
     clock.now += 12
     owners.tick()  # the request asked then is not answered
     assert owners.stale_s() == 12
+    assert OWNERS_VIEW_AGE._value.get() == 12  # what /metrics shows
