@@ -48,17 +48,21 @@ STALE_AFTER_S = 10.0  # a view older than this leaves the worker unready
 
 
 class Owners(PeriodicThread):
-    def __init__(self, membership: Membership, new_admin: Callable[[], AdminClient]) -> None:
+    def __init__(
+        self,
+        membership: Membership,
+        new_admin: Callable[[], AdminClient],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__("owners", REFRESH_S)
-        self._membership, self._new_admin = membership, new_admin
+        self._membership, self._new_admin, self._clock = membership, new_admin, clock
         self.by_shard: dict[int, str] = {}  # replaced whole, so readers never see it half-made
         self.members: list[Member] = []
         self._admin: AdminClient | None = None  # the client new requests go to
         # Requests not answered yet -> when asked, and the client they wait in.
         self._pending: dict[Future[Any], tuple[float, AdminClient]] = {}
-        self._started = time.monotonic()
         self._asked_at = float("-inf")  # when the request of the view in use was asked
-        self._viewed_at: float | None = None  # when that view came
+        self._viewed_at = clock()  # when that view came (before the first: the start)
 
     def tick(self) -> None:
         self._ask()
@@ -75,7 +79,7 @@ class Owners(PeriodicThread):
 
     def stale_s(self) -> float:
         """How old the view in use is (since the worker started, before the first one)."""
-        return time.monotonic() - (self._viewed_at or self._started)
+        return self._clock() - self._viewed_at
 
     def predecessor(self, url: str) -> Member | None:
         """The member before the one at `url` in the ring of members ordered by id (the first
@@ -89,12 +93,12 @@ class Owners(PeriodicThread):
     def _show(self, members: list[Member], asked_at: float) -> None:
         self.by_shard = {s: m.url for m in members for s in m.shards}
         self.members = sorted(members, key=lambda m: m.member_id)
-        self._asked_at, self._viewed_at = asked_at, time.monotonic()
+        self._asked_at, self._viewed_at = asked_at, self._clock()
 
     def _ask(self) -> None:
         """Ask for the members unless a request is pending; one pending `REASK_AFTER_S` may be
         stuck in its client, so ask on a fresh one (while fewer than `MAX_CLIENTS` wait)."""
-        now = time.monotonic()
+        now = self._clock()
         waiting = {f: v for f, v in self._pending.items() if not f.done()}  # done: read this round
         mine = [asked_at for asked_at, admin in waiting.values() if admin is self._admin]
         if self._admin is None:

@@ -131,10 +131,10 @@ class Sidecar:
             reasons.append("kpd topics not created yet")
         if self.membership is None or not self.membership.assigned_once:
             reasons.append("shard leaders not known yet")
-        owners = self._owners
-        if owners is not None and owners.stale_s() > STALE_AFTER_S:
+        stale_s = self._owners.stale_s() if self._owners is not None else 0.0
+        if stale_s > STALE_AFTER_S:
             # Calls would go by an old view (`sidecar.owners`); self-heal restarts on this.
-            reasons.append(f"shard leaders not known for {owners.stale_s():.0f} s")
+            reasons.append(f"shard leaders not known for {stale_s:.0f} s")
         clock = self.broker_clock
         if clock is not None and clock.measured and not self._clock_fit():
             reasons.append(

@@ -51,19 +51,18 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
-    monkeypatch.setattr(owners_module.time, "monotonic", clock)
     monkeypatch.setattr(owners_module, "REFRESH_S", 0.01)  # a round's wait for answers
-    return clock
+    return Clock()
 
 
-def owners_of(membership: AskedMembership) -> Owners:
-    return Owners(cast(Any, membership), object)  # each client a new object; ticked by the test
+def owners_of(membership: AskedMembership, clock: Clock) -> Owners:
+    # Each client a new object; ticked by the test.
+    return Owners(cast(Any, membership), object, clock)
 
 
 def test_a_pending_request_is_waited_for_then_asked_anew_on_the_same_client(clock: Clock) -> None:
     membership = AskedMembership()
-    owners = owners_of(membership)
+    owners = owners_of(membership, clock)
     owners.tick()
     clock.now += REASK_AFTER_S - 0.5
     owners.tick()  # Kafka away a moment: the request is still pending
@@ -81,7 +80,7 @@ def test_a_pending_request_is_waited_for_then_asked_anew_on_the_same_client(cloc
 
 def test_a_failed_request_keeps_the_view_and_is_asked_again(clock: Clock) -> None:
     membership = AskedMembership()
-    owners = owners_of(membership)
+    owners = owners_of(membership, clock)
     owners.tick()
     membership.answer(0, [B])
     owners.tick()  # asks anew, reads the answer
@@ -94,7 +93,7 @@ def test_a_failed_request_keeps_the_view_and_is_asked_again(clock: Clock) -> Non
 
 def test_a_request_pending_too_long_is_asked_again_on_a_fresh_client(clock: Clock) -> None:
     membership = AskedMembership()
-    owners = owners_of(membership)
+    owners = owners_of(membership, clock)
     owners.tick()
     clock.now += REASK_AFTER_S
     owners.tick()  # stuck in its client, maybe: asked beside it on a new one
@@ -111,7 +110,7 @@ def test_a_request_pending_too_long_is_asked_again_on_a_fresh_client(clock: Cloc
 
 def test_clients_with_requests_pending_are_bounded(clock: Clock) -> None:
     membership = AskedMembership()
-    owners = owners_of(membership)
+    owners = owners_of(membership, clock)
     for _ in range(MAX_CLIENTS + 3):  # a long outage: nothing answers
         owners.tick()
         clock.now += REASK_AFTER_S
@@ -126,7 +125,7 @@ def test_clients_with_requests_pending_are_bounded(clock: Clock) -> None:
 
 def test_the_view_age_counts_from_start_then_from_each_answer(clock: Clock) -> None:
     membership = AskedMembership()
-    owners = owners_of(membership)
+    owners = owners_of(membership, clock)
     owners.tick()
     clock.now += 7
     assert owners.stale_s() == 7  # no view yet: as old as the worker
