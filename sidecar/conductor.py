@@ -121,6 +121,11 @@ class Conductor:
         self._standby: RunningStandby | None = None
         self._standby_skips: frozenset[int] = frozenset()
         self._caught_up_once = False
+        # Roles asked to stop, by shard, with when they were asked, until they end. A revoked
+        # pop role stuck in a bounded Kafka call (`send_offsets_to_transaction`, 10 s) held up
+        # the start of every shard newly given here while the conductor waited for it
+        # (BENCHMARKS.md, 2026-11-26 20:17); now only its own shard waits, if it comes back.
+        self._stopping: dict[int, list[tuple[Supervisor, float]]] = {}
 
     @property
     def led(self) -> frozenset[int]:
@@ -131,15 +136,17 @@ class Conductor:
         shards it is to follow (never one whose schedules a role here writes)."""
         self._claimed = owned
         self._end_handovers()
-        back = owned & self._handing_over.keys()  # moved back here: start afresh
-        self._stop(*(self._handing_over.pop(shard)[0] for shard in sorted(back)))
+        for shard in sorted(owned & self._handing_over.keys()):  # moved back: start afresh
+            self._retire(shard, self._handing_over.pop(shard)[0])
+        self._forget_stopped()
         for shard in owned ^ self.led:
             SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
         IS_LEADER.set(int(bool(owned)))
         self._hand_over(self.led - owned, time.monotonic() + HANDOVER_S)
-        # A shard handed over stays out of the standby until its role here ends: the standby
-        # restarts once per move, when the shard is fenced away, not also when it is revoked.
-        skips = owned | self._handing_over.keys()
+        # A shard handed over stays out of the standby until its roles here end (one writer of
+        # its schedules in RocksDB): the standby restarts once per move, when the shard is
+        # fenced away, not also when it is revoked.
+        skips = owned | self._handing_over.keys() | self._stopping.keys()
         follow -= skips
         followed = self._standby.follows if self._standby is not None else frozenset()
         if self._standby is None or follow != followed or skips != self._standby_skips:
@@ -152,6 +159,8 @@ class Conductor:
             keeps = self._schedules_kept(skips, follow)
             self._standby, self._standby_skips = RunningStandby(standby, follow, keeps), skips
         for shard in sorted(owned - self.led):
+            if self._still_stopping(shard):
+                continue  # its old role must end first: one writer per shard and role
             self._led[shard] = {
                 name: self._supervise(name, shard, _bound(make, shard))
                 for name, make in self._roles.items()
@@ -174,11 +183,13 @@ class Conductor:
             supervisor for shard_roles in self._led.values() for supervisor in shard_roles.values()
         ]
         roles += [supervisor for supervisor, _ in self._handing_over.values()]
+        roles += [supervisor for stopping in self._stopping.values() for supervisor, _ in stopping]
         if self._standby is not None:
             roles.append(self._standby.supervisor)
         self._claimed = frozenset()
         self._led.clear()
         self._handing_over.clear()
+        self._stopping.clear()
         self._standby = None
         self._stop(*roles)
 
@@ -222,28 +233,50 @@ class Conductor:
         """Stop leading `shards`: their started delay roles go on until fenced (or `until`), as
         Kafka Streams' warm-up replicas let the old owner serve while the new one catches up:
         a new owner whose index did not follow a shard reads it before it fences (`DelayLeader
-        .start`), and the shard delivers meanwhile. Every other role stops now."""
-        stopping = []
+        .start`), and the shard delivers meanwhile. Every other role is asked to stop now."""
         for shard in sorted(shards):
             for supervisor in self._led.pop(shard).values():
                 if supervisor.release():
                     self._handing_over[shard] = (supervisor, until)
                 else:
-                    stopping.append(supervisor)
+                    self._retire(shard, supervisor)
             log.info("stopped leading", shard=shard, handing_over=shard in self._handing_over)
-        self._stop(*stopping)
 
     def _end_handovers(self) -> None:
         """Forget the roles the new owner fenced; stop those it did not fence in time."""
         now = time.monotonic()
-        ending = []
         for shard, (supervisor, until) in list(self._handing_over.items()):
             fenced = supervisor.ended  # read before the stop, which ends it either way
             if fenced or now >= until:
                 del self._handing_over[shard]
-                ending.append(supervisor)
+                self._retire(shard, supervisor)
                 log.info("handover ended", shard=shard, fenced=fenced)
-        self._stop(*ending)
+
+    def _retire(self, shard: int, supervisor: Supervisor) -> None:
+        """Ask a role to stop, without waiting: it ends after its current step or wait, and
+        `_forget_stopped` lets it go then."""
+        supervisor.request_stop()
+        self._stopping.setdefault(shard, []).append((supervisor, time.monotonic()))
+
+    def _forget_stopped(self) -> None:
+        for shard, stopping in list(self._stopping.items()):
+            running = []
+            for supervisor, asked in stopping:
+                if supervisor.ended:
+                    self._watchdog.forget(supervisor.health)
+                else:
+                    running.append((supervisor, asked))
+            if running:
+                self._stopping[shard] = running
+            else:
+                del self._stopping[shard]
+
+    def _still_stopping(self, shard: int) -> bool:
+        """Does a former role of `shard` still run, asked to stop less than `STOP_TIMEOUT_S`
+        ago? Past that it is stuck in a call that ignores its bound: the shard starts anyway
+        (the new role's producer fences the old one), and the watchdog shows the stuck one."""
+        now = time.monotonic()
+        return any(now - asked < STOP_TIMEOUT_S for _, asked in self._stopping.get(shard, []))
 
     def _supervise(self, name: str, shard: int, make: Callable[[LoopHealth], Role]) -> Supervisor:
         supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make)
