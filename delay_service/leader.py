@@ -43,7 +43,8 @@ from delay_service.window_payloads import WindowPayloads
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.config import Settings
-from foundation.kafka_clients import release_producer, transactional_producer
+from foundation.kafka_clients import transactional_producer
+from foundation.producers_in_turn import ProducersInTurn
 from foundation.state_follower import StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth
@@ -104,8 +105,10 @@ class DelayLeader:
         )
         self._timeout_s = settings.kafka_timeout_ms / 1000
         self._producer_config = deps.producer_config
-        self._transactional_id = settings.state_topic(f"delay-leader-{shard}")
-        self._producer = transactional_producer(self._producer_config, self._transactional_id)
+        self._producers = ProducersInTurn(
+            lambda txn_id: transactional_producer(self._producer_config, txn_id),
+            settings.state_topic(f"delay-leader-{shard}"),
+        )
         self._reader = BufferReader(
             deps.client_config, settings.state_topic("delay"), shard, deps.ingest_turns,
             self._timeout_s,
@@ -147,7 +150,7 @@ class DelayLeader:
         try:
             follower.assign()
             follower.approach(timeout_s=CATCH_UP_S, beat=self._health.beat_unless_stopping)
-            self._producer.init_transactions(self._timeout_s)
+            self._producers.init_transactions(self._timeout_s)
             follower.catch_up(timeout_s=CATCH_UP_S, beat=self._health.beat_unless_stopping)
         finally:
             follower.close()
@@ -162,7 +165,7 @@ class DelayLeader:
 
     def close(self) -> None:
         self._reader.close()
-        release_producer(self._producer)
+        self._producers.release()
         # Another node reports them now.
         for gauge in (metrics.PENDING, metrics.DUE_BACKLOG, metrics.WINDOW_HELD):
             gauge.labels(str(self.shard)).set(0)
@@ -171,7 +174,7 @@ class DelayLeader:
         chunk, first = self._reader.next_chunk(self._wait_s())
         self._refill(now_ms())
         tracked = time.monotonic() < self._tracked_until
-        step = Step(self._producer, self._timeout_s, tracked=tracked)
+        step = Step(self._producers, self._timeout_s, tracked=tracked)
         try:
             self._dispatch_due(step)  # what is due goes first: ingest must not make it late
             if chunk:
@@ -209,7 +212,7 @@ class DelayLeader:
         buffer offsets will not do: an idle reader has none to send, and librdkafka then sends
         nothing.)"""
         self._probed_at = time.monotonic()
-        txn = Transaction(self._producer, self._timeout_s)
+        txn = Transaction(self._producers, self._timeout_s)
         node = self._deps.settings.node_id
         txn.produce(self._election, node, b"fence probe", partition=self.shard)
         txn.commit()
@@ -272,8 +275,7 @@ class DelayLeader:
             raise RuntimeError(f"shard {self.shard} is handed over: its step is not redone here")
         # The refused batch used up sequence numbers the broker never accepted: only a new
         # producer epoch lets the next transaction write that partition again.
-        self._producer = transactional_producer(self._producer_config, self._transactional_id)
-        self._producer.init_transactions(self._timeout_s)
+        self._producers.renew(self._timeout_s)
         self._reader.rewind(first)
         for due_ms, schedule_id in step.taken:
             self._wheel.add(schedule_id, due_ms)

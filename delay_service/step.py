@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from confluent_kafka import Producer
-
 from delay_service import metrics
 from delay_service.schedules import Schedule, ScheduleIndex
 from foundation.clock import now_ms
+from foundation.producers_in_turn import ProducersInTurn
 from foundation.state_follower import stage_position
 from foundation.store import Batch, Store
 from foundation.transactions import Transaction
 
 
 class Step:
-    def __init__(self, producer: Producer, timeout_s: float, tracked: bool) -> None:
-        self.txn = Transaction(producer, timeout_s, tracked)
+    def __init__(self, producers: ProducersInTurn, timeout_s: float, tracked: bool) -> None:
+        self.txn = Transaction(producers, timeout_s, tracked)
         self.records: dict[str, Schedule] = {}  # latest state per id, as this step leaves it
         # State per id as the index held it when this step first looked: applying the step's
         # records after the commit starts from it instead of reading RocksDB again.

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from foundation.bounded_call import call_within
+from foundation.producers_in_turn import ProducersInTurn
 from foundation.record_size import record_bytes
 
 VERDICTS = frozenset(
@@ -101,8 +102,10 @@ class Transaction:
     and a failed commit raises `RefusalUnknown` instead of naming them.
     """
 
-    def __init__(self, producer: Producer, timeout_s: float, tracked: bool = True) -> None:
-        self._producer = producer
+    _producer: Producer  # the one of `producers` taken when the transaction began
+
+    def __init__(self, producers: ProducersInTurn, timeout_s: float, tracked: bool = True) -> None:
+        self._producers = producers
         self._timeout_s = timeout_s
         self._tracked = tracked
         self._untracked_tags = False  # a tagged record went without a delivery report
@@ -117,6 +120,7 @@ class Transaction:
 
     def begin(self) -> None:
         if not self.open:
+            self._producer = self._producers.take()
             self._producer.begin_transaction()
             self.open = self.used = True
 

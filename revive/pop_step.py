@@ -12,9 +12,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from foundation.delivery_log import Event, log_record
+from foundation.producers_in_turn import ProducersInTurn
 from foundation.transactions import Transaction
 from revive.copies import Origin
 from revive.pop_state import LedgerKey, PopState, Written
@@ -35,8 +36,10 @@ class Copy:
 
 
 class PopStep:
-    def __init__(self, producer: Producer, timeout_s: float, log_topic: str, node: str) -> None:
-        self.txn = Transaction(producer, timeout_s)
+    def __init__(
+        self, producers: ProducersInTurn, timeout_s: float, log_topic: str, node: str
+    ) -> None:
+        self.txn = Transaction(producers, timeout_s)
         self.groups: set[str] = set()  # groups whose committed offsets may move
         self.copies: list[Copy] = []
         self.settled: list[tuple[LedgerKey, int]] = []  # deliveries this step ends (ledger, offset)

@@ -29,7 +29,8 @@ from confluent_kafka import TopicPartition
 
 from foundation.clock import now_ms
 from foundation.config import Settings
-from foundation.kafka_clients import release_producer, transactional_producer
+from foundation.kafka_clients import transactional_producer
+from foundation.producers_in_turn import ProducersInTurn
 from foundation.shards import ShardMap
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache, TopicSpec, ensure_topics, with_message_limit
@@ -93,8 +94,9 @@ class PopService:
         self.state_topic = settings.state_topic("pop-state")
         self._queue: queue.Queue[tuple[Request, Future[Any]]] = queue.Queue()
         self._fetchers: dict[str, GroupFetcher] = {}
-        self._producer = transactional_producer(
-            deps.producer_config, settings.state_topic(f"pop-leader-{shard}")
+        self._producers = ProducersInTurn(
+            lambda txn_id: transactional_producer(deps.producer_config, txn_id),
+            settings.state_topic(f"pop-leader-{shard}"),
         )
         self._reader = OffsetReader(deps.client_config, self._timeout_s)
         self._floor = PopStateReader(
@@ -147,7 +149,7 @@ class PopService:
 
     def start(self) -> None:
         """Fence older leaders of this shard, then rebuild its ledgers from the replay floor."""
-        self._producer.init_transactions(self._timeout_s)
+        self._producers.init_transactions(self._timeout_s)
         at = self._handover[1] if self._handover is not None else {}
         self._floor.assign(at, [p for p in self._partitions if p not in at])
         read = self._floor.replay_to_end(self.state, self._health.beat)
@@ -195,7 +197,7 @@ class PopService:
         """Serve what arrived (waiting briefly if nothing did), revive, commit, answer."""
         requests = self._drain()
         step = PopStep(
-            self._producer, self._timeout_s, self._settings.delivery_log_topic,
+            self._producers, self._timeout_s, self._settings.delivery_log_topic,
             self._settings.node_id,
         )  # fmt: skip
         try:
@@ -279,7 +281,7 @@ class PopService:
             fetcher.close()
         self._reader.close()
         self._floor.close()
-        release_producer(self._producer)
+        self._producers.release()
         self._held_bytes.set(0)
 
     def _drain(self, block: bool = True) -> list[tuple[Request, Future[Any]]]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from kafka_helpers import TopicReader
+from kafka_helpers import TopicReader, unique
 
 from foundation.kafka_clients import transactional_producer
+from foundation.producers_in_turn import ProducersInTurn
 from foundation.transactions import RecordsRefused, RefusalUnknown, Transaction
 
 LIMIT = 2_000  # the topic's max.message.bytes: the broker refuses bigger batches
@@ -30,7 +32,7 @@ def test_a_refused_record_without_a_tag_fails_the_commit_as_an_infrastructure_fa
     """Untagged records ask for no delivery report; the broker's refusal still fails the commit
     (the role then restarts with a new producer, as for any infrastructure fault)."""
     topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
-    step = Transaction(producer, 30)
+    step = Transaction(ProducersInTurn.of(producer), 30)
     step.produce(topic, b"small", b"s")
     step.produce(topic, b"big", b"x" * (LIMIT * 3))
     with pytest.raises(KafkaException) as raised:
@@ -45,7 +47,7 @@ def test_a_refused_tagged_record_is_named_and_the_commit_aborts(
     kafka_bootstrap: str, new_topic, producer
 ) -> None:
     topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
-    step = Transaction(producer, 30)
+    step = Transaction(ProducersInTurn.of(producer), 30)
     step.produce(topic, b"big", b"x" * (LIMIT * 3), tag="the big one")
     with pytest.raises(RecordsRefused) as refused:
         step.commit()
@@ -59,7 +61,7 @@ def test_an_untracked_step_whose_tagged_record_is_refused_asks_for_a_tracked_red
     """The fast path asks for no delivery reports: a refusal cannot be named, so the commit fails
     with `RefusalUnknown` (the caller redoes the step tracked), and nothing becomes visible."""
     topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
-    step = Transaction(producer, 30, tracked=False)
+    step = Transaction(ProducersInTurn.of(producer), 30, tracked=False)
     step.produce(topic, b"small", b"s", tag="the small one")
     step.produce(topic, b"big", b"x" * (LIMIT * 3), tag="the big one")
     with pytest.raises(RefusalUnknown):
@@ -74,7 +76,7 @@ def test_an_untracked_step_that_nothing_refused_commits(
     kafka_bootstrap: str, new_topic, producer
 ) -> None:
     topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
-    step = Transaction(producer, 30, tracked=False)
+    step = Transaction(ProducersInTurn.of(producer), 30, tracked=False)
     for n in range(5):
         step.produce(topic, f"k{n}".encode(), b"v", tag=n)
     step.commit()
@@ -93,7 +95,7 @@ def test_records_queued_after_a_refusal_reached_the_producer_are_no_fault_of_the
     the refused record would come back): the commit names the refused record, as without the
     records after it."""
     topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
-    step = Transaction(producer, 30)
+    step = Transaction(ProducersInTurn.of(producer), 30)
     step.produce(topic, b"big", b"x" * (LIMIT * 3), tag="the big one")
     producer.flush(30)  # the refusal is in: the transaction is abortable from here on
     step.produce(topic, b"after", b"s", tag="an innocent one")
@@ -115,7 +117,7 @@ def test_an_untracked_step_failed_before_its_offsets_are_sent_asks_for_a_tracked
     topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"g-{topic}"})
     try:
-        step = Transaction(producer, 30, tracked=False)
+        step = Transaction(ProducersInTurn.of(producer), 30, tracked=False)
         step.produce(topic, b"big", b"x" * (LIMIT * 3), tag="the big one")
         producer.flush(30)
         step.produce(topic, b"after", b"s", tag="an innocent one")
@@ -124,5 +126,56 @@ def test_an_untracked_step_failed_before_its_offsets_are_sent_asks_for_a_tracked
         assert not step.open
     finally:
         consumer.close()
+    with TopicReader(kafka_bootstrap, topic) as reader:
+        assert reader.read_for(1.0) == []
+
+
+def in_turn(bootstrap: str, txn_id: str) -> ProducersInTurn:
+    config = {"bootstrap.servers": bootstrap}
+    return ProducersInTurn(lambda i: transactional_producer(config, i), txn_id)
+
+
+def test_producers_in_turn_run_each_transaction_on_the_other_id_and_keep_the_last_offsets(
+    kafka_bootstrap: str, new_topic
+) -> None:
+    """Consecutive transactions alternate ids (the next never waits for the markers of the one
+    just committed), every record becomes visible once, and the group's committed offset is
+    the last one sent, though two producers sent them in turn."""
+    topic = new_topic("txn")
+    producers = in_turn(kafka_bootstrap, unique("txn"))
+    producers.init_transactions(30)
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique("g")})
+    taken = []
+    try:
+        for n in range(1, 21):
+            step = Transaction(producers, 30)
+            step.produce(topic, None, f"{n}".encode())
+            step.send_offsets([TopicPartition(topic, 0, n)], consumer.consumer_group_metadata())
+            step.commit()
+            taken.append(step._producer)
+        (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    finally:
+        consumer.close()
+    assert len(set(map(id, taken))) == 2
+    assert all(a is not b for a, b in itertools.pairwise(taken))
+    assert committed.offset == 20
+    with TopicReader(kafka_bootstrap, topic) as reader:
+        values = [int(m.value()) for m in reader.read_for(1.0)]
+    assert values == list(range(1, 21))
+    producers.release()
+
+
+def test_a_new_owner_fences_every_id_of_the_role(kafka_bootstrap: str, new_topic) -> None:
+    """The old owner fails on whichever id it takes next: never two writers."""
+    topic, txn_id = new_topic("txn"), unique("txn")
+    old = in_turn(kafka_bootstrap, txn_id)
+    old.init_transactions(30)
+    in_turn(kafka_bootstrap, txn_id).init_transactions(30)  # the new owner
+    for _ in range(2):
+        step = Transaction(old, 30)
+        step.produce(topic, None, b"zombie")
+        with pytest.raises(KafkaException) as fenced:
+            step.commit()
+        assert fenced.value.args[0].fatal()
     with TopicReader(kafka_bootstrap, topic) as reader:
         assert reader.read_for(1.0) == []
