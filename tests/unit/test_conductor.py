@@ -287,6 +287,15 @@ class StuckRole(SteppingRole):
             assert self.freed.wait(10)
 
 
+def hang(f: Fixture, name: str, shard: int) -> StuckRole:
+    """Hang the running `name` role of `shard` in its call (once it is in it)."""
+    (role,) = f.running(name, shard)
+    assert isinstance(role, StuckRole)
+    role.stuck.set()
+    wait_for(lambda: not role.stuck.is_set(), 5, f"the {name} role stuck in its call")
+    return role
+
+
 def test_a_revoked_role_stuck_in_a_call_holds_up_only_its_own_shard(monkeypatch) -> None:
     """The conductor waited for a revoked pop role to end before it started the shards newly
     given here (9 s in a broker restart). Now the others start at once; the same shard coming
@@ -294,10 +303,7 @@ def test_a_revoked_role_stuck_in_a_call_holds_up_only_its_own_shard(monkeypatch)
     f = Fixture(pop_kind=StuckRole)
     f.conductor.reconcile(frozenset({0, 1}), frozenset())
     wait_for(f.started, 5, "roles started")
-    (old,) = f.running("pop", 1)
-    assert isinstance(old, StuckRole)
-    old.stuck.set()
-    wait_for(lambda: not old.stuck.is_set(), 5, "the pop role stuck in its call")
+    old = hang(f, "pop", 1)
     began = time.monotonic()
     f.conductor.reconcile(frozenset({0}), frozenset())  # shard 1 revoked
     f.conductor.reconcile(frozenset({0, 2}), frozenset())  # shard 2 given
@@ -319,10 +325,7 @@ def test_a_revoked_role_stuck_in_a_call_holds_up_only_its_own_shard(monkeypatch)
     assert old.closed and len(f.running("pop", 1)) == 1
     # A role that never ends holds its shard back only up to the bound.
     monkeypatch.setattr(conductor, "STOP_TIMEOUT_S", 0.3)
-    (stuck,) = f.running("pop", 1)
-    assert isinstance(stuck, StuckRole)
-    stuck.stuck.set()
-    wait_for(lambda: not stuck.stuck.is_set(), 5, "the pop role stuck in its call")
+    stuck = hang(f, "pop", 1)
     f.conductor.reconcile(frozenset({0, 2}), frozenset())
     f.conductor.reconcile(frozenset({0, 1, 2}), frozenset())
     assert 1 not in f.conductor.led
@@ -345,10 +348,7 @@ def test_the_standby_takes_a_shard_only_once_its_old_role_ended(monkeypatch) -> 
     f = Fixture(delay_kind=StuckHandingRole)
     f.conductor.reconcile(frozenset({0, 1}), frozenset())
     wait_for(f.started, 5, "roles started")
-    (delay,) = f.running("delay", 1)
-    assert isinstance(delay, StuckHandingRole)
-    delay.stuck.set()
-    wait_for(lambda: not delay.stuck.is_set(), 5, "the delay role stuck in its call")
+    delay = hang(f, "delay", 1)
     f.conductor.reconcile(frozenset({0}), frozenset({1}))  # handed over, bound 0: past next time
     f.conductor.reconcile(frozenset({0}), frozenset({1}))
     assert f.standbys[-1] == (frozenset({0, 1}), frozenset()) and not delay.closed
