@@ -3,7 +3,10 @@
     .venv/bin/python bench/delay.py                      # local broker under .kpd/bench-kafka
     KPD_BOOTSTRAP=127.0.0.1:9092 .venv/bin/python bench/delay.py --pending 1000000
 
-One run, one broker, one `kpd run` process (real Kafka, real RocksDB), printing:
+One run, one broker, one `kpd run` process (real Kafka, real RocksDB). Uncounted rounds of the raw
+loops and of a short mixed phase (on a sidecar of their own) first run until the fresh broker's
+JIT compiler is quiet (`bench/broker_jit.py`; bounded by `--warm-up-s`), and each phase prints
+what the compiler used meanwhile. Then it prints:
   * raw loop: consume N records from a topic and produce them to another, plain and
     transactional (2000 records per transaction, offsets in the transaction), the physical
     reference on this machine;
@@ -51,10 +54,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import gc_pauses  # noqa: E402
+from bench import broker_jit, gc_pauses  # noqa: E402
 from bench.broker_writes import snapshot  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
-from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
+from devtools.local_sidecar import SidecarProcess, broker_pid, isolated_env  # noqa: E402
 from foundation.kafka_clients import consume_ready  # noqa: E402
 
 VALUE = b"v" * 100
@@ -66,6 +69,9 @@ SETTLE_S = 15.0  # longer than memory_trim's period (10 s): RSS once freed memor
 # lateness measured is dispatch's, not ingest's (the slowest ingest seen here: 6-7k/s, 8 shards).
 INGEST_FLOOR_PER_S = 5_000
 TRICKLE_N, TRICKLE_DELAY_MS, TRICKLE_EVERY_S = 200, 20, 0.025
+# A round of the broker's warm-up (`bench/broker_jit.py`): records per raw loop, and a mixed phase
+# of this many seconds at these rates (due and far-future per second), the measured one's defaults.
+WARM_UP_RAW_N, WARM_UP_ROUND_S, WARM_UP_RATE, WARM_UP_INGEST = 20_000, 20, 5_000, 15_000
 
 
 def now_ms() -> int:
@@ -412,15 +418,45 @@ def reads_text(before: float | None, after: float | None) -> str:
     return f"{after - before:,.0f} RocksDB schedule reads"
 
 
+def warm_up_broker(
+    bootstrap: str, admin: AdminClient, home: Path, shards: int, max_s: float
+) -> None:
+    """Rounds of both raw loops and a short mixed phase on a sidecar of its own (its schedules
+    stay out of the measured one's counts), until the broker's JIT compiler is quiet: the raw
+    loops alone left kpd's first phase with 14 core-s of compiling, and with mixed phases of 5 s
+    it still took 12 (2026-11-27 02:39 and 02:46)."""
+    sidecar = Sidecar(bootstrap, home, shards)
+    phase = argparse.Namespace(rate=WARM_UP_RATE, seconds=WARM_UP_ROUND_S)
+
+    def one_round() -> None:
+        for transactional in (False, True):
+            raw_loop(bootstrap, admin, WARM_UP_RAW_N, transactional)
+        sustained(bootstrap, admin, sidecar, phase, WARM_UP_INGEST)
+
+    sidecar.start()
+    try:
+        warm = broker_jit.warm_up(broker_pid(), one_round, max_s)
+    finally:
+        sidecar.stop()
+    print(f"broker warm-up (raw loops and kpd's mixed phase, not counted): {warm.text()}")
+
+
 def run(bootstrap: str, args: argparse.Namespace) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     home = Path(tempfile.mkdtemp(prefix="kpd-bench-"))
     results: dict[str, str] = {}
     print(f"broker {bootstrap}; sidecar files in {home}")
 
+    broker = broker_pid()
+    if args.warm_up_s > 0:
+        warm_up_broker(bootstrap, admin, home / "warm-up", args.shards, args.warm_up_s)
+    jit = broker_jit.CompilerMeter(broker)
     raw_plain = raw_loop(bootstrap, admin, args.raw_n, transactional=False)
     raw_txn = raw_loop(bootstrap, admin, args.raw_n, transactional=True)
-    print(f"raw consume->produce: {raw_plain:,.0f}/s plain, {raw_txn:,.0f}/s transactional")
+    print(
+        f"raw consume->produce: {raw_plain:,.0f}/s plain, {raw_txn:,.0f}/s transactional; "
+        f"{jit.text()}"
+    )
 
     sidecar = Sidecar(bootstrap, home, args.shards)
     try:
@@ -430,14 +466,21 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         rss0 = sidecar.rss_mb()
         print(f"RSS with 0 pending: {rss0:.0f} MB")
 
-        results["dispatch"] = sustained(bootstrap, admin, sidecar, args, ingest_rate=0)
+        results["dispatch"] = broker_jit.with_compiler_cpu(
+            broker, lambda: sustained(bootstrap, admin, sidecar, args, ingest_rate=0)
+        )
         print("sustained:", results["dispatch"])
-        results["mixed"] = sustained(bootstrap, admin, sidecar, args, ingest_rate=args.mixed_ingest)
+        results["mixed"] = broker_jit.with_compiler_cpu(
+            broker, lambda: sustained(bootstrap, admin, sidecar, args, args.mixed_ingest)
+        )
         print("mixed:", results["mixed"])
-        results["trickle"] = trickle(bootstrap, admin, sidecar)
+        results["trickle"] = broker_jit.with_compiler_cpu(
+            broker, lambda: trickle(bootstrap, admin, sidecar)
+        )
         print("trickle:", results["trickle"])
 
         # Burst: N due in the same millisecond.
+        jit = broker_jit.CompilerMeter(broker)
         target = create_target(admin, f"bench-burst-{uuid.uuid4().hex[:6]}")
         before = sidecar.metrics().get("kpd_schedules_scheduled_total", 0)
         due = now_ms() + int(args.burst / INGEST_FLOOR_PER_S * 1000) + 8000
@@ -472,7 +515,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         results["burst"] = (
             f"{len(rows)} due at one instant: last delivered {drain_s:.2f} s after due "
             f"({burst_rate:,.0f}/s), last visible {visible_s:.2f} s "
-            f"({len(rows) / visible_s:,.0f}/s); {early} early; {reads}; GC pauses: {gc_row}"
+            f"({len(rows) / visible_s:,.0f}/s); {early} early; {reads}; GC pauses: {gc_row}; "
+            f"{jit.text()}"
         )
         print("burst:", results["burst"])
         sidecar.stop()
@@ -566,6 +610,12 @@ def main() -> int:
         help="cumulative far-future backlog sizes at which RSS is measured",
     )
     parser.add_argument("--max-ingest-s", type=float, default=600)
+    parser.add_argument(
+        "--warm-up-s",
+        type=float,
+        default=300,
+        help="bound of the broker's JIT warm-up before the measured phases (0: none)",
+    )
     parser.add_argument(
         "--shards", type=int, default=2, help="the sidecar's KPD_SHARDS (kpd's default is 8)"
     )

@@ -24,9 +24,13 @@ One run, one broker, one `kpd run` process (real Kafka, real HTTP), one pre-prod
      warm-up record, and its backlog (the same size and shape, on a topic of its own) is written
      in one transaction that commits only then (the group reads read_committed), so the rate
      counts from the moment the whole backlog became visible to a settled group.
+Before phase 2, uncounted rounds of pop+ack at batch 10 run until the fresh broker's JIT compiler
+is quiet (`bench/broker_jit.py`; bounded by `--warm-up-s`), so that kpd's phases, which come
+first, do not share the cores with it while the share group's, which come last, do not.
 Throughput phases (2 and 5) print their CPU split: core-seconds per 1,000 records of the sidecar
-(supervisor and worker), the broker and the client processes, all on the same cores, since on a
-small machine what the clients and the broker burn is what kpd cannot have. Every phase is bounded
+(supervisor and worker), the broker (and of that its JIT compiler) and the client processes, all
+on the same cores, since on a small machine what the clients and the broker burn is what kpd
+cannot have. Every phase is bounded
 in count (`--records`) and time (`--phase-s`). With `--profile-s N` and py-spy installed, an extra
 (uncounted) batch-100 run is profiled for N s and the top frames of the worker's pop threads are
 printed.
@@ -67,7 +71,7 @@ from confluent_kafka.admin import (
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import gc_pauses  # noqa: E402
+from bench import broker_jit, gc_pauses  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import (  # noqa: E402
     SidecarProcess,
@@ -389,7 +393,9 @@ class CpuMeter:
         self._sidecar, self._broker = sidecar, broker_pid()
         self._kpd0 = sidecar.cpu_s() if sidecar is not None else 0.0
         self._broker0, self._wall0 = process_cpu_s(self._broker), time.monotonic()
+        self._jit0 = broker_jit.compiler_cpu_s(self._broker)
         self._kpd1, self._broker1, self._wall1 = self._kpd0, self._broker0, self._wall0
+        self._jit1 = self._jit0
 
     def until(self, counter: Any, target: int, stop_at: float) -> None:
         """Read the end once the clients have `target` records (or time is up), so the idle
@@ -398,6 +404,7 @@ class CpuMeter:
             time.sleep(0.005)
         self._kpd1 = self._sidecar.cpu_s() if self._sidecar is not None else 0.0
         self._broker1, self._wall1 = process_cpu_s(self._broker), time.monotonic()
+        self._jit1 = broker_jit.compiler_cpu_s(self._broker)
 
     def split(self, records: int, clients_cpu_s: float) -> dict[str, float]:
         kpd, broker = self._kpd1 - self._kpd0, self._broker1 - self._broker0
@@ -405,6 +412,7 @@ class CpuMeter:
         return {
             "kpd": kpd * per_1k,
             "broker": broker * per_1k,
+            "broker_jit": (self._jit1 - self._jit0) * per_1k,  # part of "broker"
             "clients": clients_cpu_s * per_1k,
             "kpd_cores": kpd / max(self._wall1 - self._wall0, 1e-9),
         }
@@ -711,6 +719,15 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     profile: list[str] = []
     try:
         print(f"sidecar ready in {sidecar.start():.1f} s at {sidecar.url}")
+        warm_text = "none (--warm-up-s 0)"
+        if args.warm_up_s > 0:
+            warm = broker_jit.warm_up(
+                broker_pid(),
+                lambda: kpd_throughput(ctx, sidecar, topic, 10, args.procs, args.records, 10),
+                args.warm_up_s,
+            )
+            warm_text = f"kpd pop+ack at batch 10, not counted: {warm.text()}"
+        print(f"broker warm-up: {warm_text}", flush=True)
         for batch in BATCHES:
             r = kpd_throughput(ctx, sidecar, topic, batch, args.procs, args.records, args.phase_s)
             kpd[batch] = r
@@ -779,6 +796,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                     "share": {f"{b}-{'sync' if s else 'async'}": r for (b, s), r in share.items()},
                     "share_error": share_error,
                     "load": [load_start, load_end],
+                    "broker_warm_up": warm_text,
                     "profile": profile,
                 },
                 indent=1,
@@ -789,7 +807,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
 
 def cpu_text(split: dict[str, float]) -> str:
     return (
-        f"kpd {split['kpd']:.3f} + broker {split['broker']:.3f} + clients "
+        f"kpd {split['kpd']:.3f} + broker {split['broker']:.3f} (JIT compiler "
+        f"{split['broker_jit']:.3f}) + clients "
         f"{split['clients']:.3f} core-s per 1,000 records"
     )
 
@@ -868,6 +887,12 @@ def main() -> int:
     parser.add_argument("--latency-pops", type=int, default=500)
     parser.add_argument("--p2p-samples", type=int, default=200)
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the sidecar (0: off)")
+    parser.add_argument(
+        "--warm-up-s",
+        type=float,
+        default=300,
+        help="bound of the broker's JIT warm-up before the measured phases (0: none)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:

@@ -3,7 +3,8 @@
     .venv/bin/python bench/scale.py                       # local broker under a temp folder
     .venv/bin/python bench/scale.py --workers 1,2 --kills 10 --pop-state 10000,1000000
 
-Prints, in one run on one broker:
+Prints, in one run on one broker, after uncounted raw loops and mixed phases (`bench/delay.py`)
+have run until the fresh broker's JIT compiler is quiet (`bench/broker_jit.py`, `--warm-up-s`):
   * for 1, 2 and 4 worker processes of one `kpd run` (8 shards): delay ingest (schedules/s),
     burst drain (deliveries/s) and pop+ack at batch 100 (msgs/s), as ratios to 1 worker; the CPU
     split (each kpd process and the broker, core-seconds per 1,000 records) and each worker's
@@ -48,8 +49,10 @@ from delay import (  # noqa: E402
     now_ms,
     produce_fast,
     read_deliveries,
+    warm_up_broker,
 )
 
+from bench import broker_jit  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import (  # noqa: E402
     SidecarProcess,
@@ -398,15 +401,19 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     home = Path(tempfile.mkdtemp(prefix="kpd-bench-scale-"))
     print(f"broker {bootstrap}; files in {home}; {os.cpu_count()} cores")
+    broker = broker_pid()
+    if args.warm_up_s > 0:  # or the 1-worker run, the base of every ratio, shares the cores with it
+        warm_up_broker(bootstrap, admin, home / "warm-up", SHARDS, args.warm_up_s)
     base: dict = {}
     for workers in args.workers:
+        jit = broker_jit.CompilerMeter(broker)
         r = one_run(bootstrap, admin, workers, args.n, home, **args.setting)
         base = base or r
         at = time.strftime("%H:%M:%S", time.gmtime())
         load = os.getloadavg()[0]
         print(
             f"\n== {workers} worker(s), {SHARDS} shards, {at} UTC, load {load:.1f}, "
-            f"settings {args.setting}",
+            f"settings {args.setting}; {jit.text()}",
             flush=True,
         )
         for name in ("ingest", "burst", "pop"):
@@ -466,6 +473,12 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--pop-state", type=_numbers, default=[10_000, 1_000_000])
     parser.add_argument("--takeover-groups", type=_numbers, default=[1, 100])
+    parser.add_argument(
+        "--warm-up-s",
+        type=float,
+        default=300,
+        help="bound of the broker's JIT warm-up before the measured runs (0: none)",
+    )
     parser.add_argument(
         "--set",
         dest="setting",

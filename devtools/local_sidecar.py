@@ -155,7 +155,22 @@ def broker_pid() -> int:
 
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process so far (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def thread_cpu_s(pid: int, name_prefixes: tuple[str, ...]) -> float:
+    """User + system CPU seconds so far of the threads of `pid` whose names start with one of
+    `name_prefixes` (a thread that ended meanwhile is not counted)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            if (task / "comm").read_text().startswith(name_prefixes):
+                total += _stat_cpu_s(task / "stat")
+    return total
+
+
+def _stat_cpu_s(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
