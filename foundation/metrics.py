@@ -40,6 +40,12 @@ OWNERS_VIEW_AGE = Gauge(
     "other shards are sent by it; older than 10 s, /readyz says so)",
     multiprocess_mode="livemax",
 )
+LEADERLESS = Gauge(
+    "kpd_shards_leaderless_seconds",
+    "How long this worker's view of the group has shown no shard with a leader (0 while one "
+    "has one; past 15 s, /readyz says so)",
+    multiprocess_mode="livemax",
+)
 CLOCK_OFFSET = Gauge(
     "kpd_clock_offset_ms",
     "This node's wall clock minus the broker's, from the LogAppendTime of its own writes",

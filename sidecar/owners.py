@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 from confluent_kafka.admin import AdminClient
 
-from foundation.metrics import OWNERS_VIEW_AGE
+from foundation.metrics import LEADERLESS, OWNERS_VIEW_AGE
 from foundation.periodic import PeriodicThread
 from sidecar.membership import Member, Membership
 
@@ -45,6 +45,10 @@ DESCRIBE_TIMEOUT_S = 3600.0
 REASK_AFTER_S = 4.0  # a request pending this long is asked again beside it, on a fresh client
 MAX_CLIENTS = 3  # admin clients with a request pending, at most (an outage keeps them all)
 STALE_AFTER_S = 10.0  # a view older than this leaves the worker unready
+# Views with no shard led for this long leave the worker unready: in broker restarts a few seconds
+# apart the group never finished a rebalance, nothing was led, and every worker said ready
+# (stop 30). Longer than a rebalance after a member's session timeout.
+LEADERLESS_AFTER_S = 15.0
 
 
 class Owners(PeriodicThread):
@@ -63,6 +67,7 @@ class Owners(PeriodicThread):
         self._pending: dict[Future[Any], tuple[float, AdminClient]] = {}
         self._asked_at = float("-inf")  # when the request of the view in use was asked
         self._viewed_at = clock()  # when that view came (before the first: the start)
+        self._led_at = self._viewed_at  # when a view last showed a shard led (or the start)
 
     def tick(self) -> None:
         self._ask()
@@ -76,10 +81,16 @@ class Owners(PeriodicThread):
             elif asked_at > self._asked_at:
                 self._show(self._membership.members(future.result()), asked_at)
         OWNERS_VIEW_AGE.set(self.stale_s())
+        LEADERLESS.set(self.leaderless_s())
 
     def stale_s(self) -> float:
         """How old the view in use is (since the worker started, before the first one)."""
         return self._clock() - self._viewed_at
+
+    def leaderless_s(self) -> float:
+        """How long the views have shown no shard with a leader (0 while the one in use shows
+        one; from the start, before any did)."""
+        return 0.0 if self.by_shard else self._clock() - self._led_at
 
     def predecessor(self, url: str) -> Member | None:
         """The member before the one at `url` in the ring of members ordered by id (the first
@@ -94,6 +105,8 @@ class Owners(PeriodicThread):
         self.by_shard = {s: m.url for m in members for s in m.shards}
         self.members = sorted(members, key=lambda m: m.member_id)
         self._asked_at, self._viewed_at = asked_at, self._clock()
+        if self.by_shard:
+            self._led_at = self._viewed_at
 
     def _ask(self) -> None:
         """Ask for the members unless a request is pending; one pending `REASK_AFTER_S` may be

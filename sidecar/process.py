@@ -43,7 +43,7 @@ from revive.replay import PopStateReader
 from revive.service import PopDeps, PopService
 from sidecar.conductor import Conductor, Standby
 from sidecar.membership import Membership
-from sidecar.owners import STALE_AFTER_S, Owners
+from sidecar.owners import LEADERLESS_AFTER_S, STALE_AFTER_S, Owners
 from sidecar.self_heal import SelfHeal
 from sidecar.successor import Successor
 from sidecar.topology import kpd_topic_names, set_up
@@ -135,6 +135,9 @@ class Sidecar:
         if stale_s > STALE_AFTER_S:
             # Calls would go by an old view (`sidecar.owners`); self-heal restarts on this.
             reasons.append(f"shard leaders not known for {stale_s:.0f} s")
+        leaderless_s = self._owners.leaderless_s() if self._owners is not None else 0.0
+        if leaderless_s > LEADERLESS_AFTER_S:
+            reasons.append(f"no shard has had a leader for {leaderless_s:.0f} s")
         clock = self.broker_clock
         if clock is not None and clock.measured and not self._clock_fit():
             reasons.append(

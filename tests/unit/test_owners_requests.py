@@ -1,8 +1,9 @@
 """How the shard owners are asked for (`sidecar.owners`): requests with a timeout librdkafka never
 reaches (one that timed out inside it aborted the process once the coordinator returned,
 librdkafka #4605), a request pending too long asked again on a fresh client (requests also stayed
-pending in a client with the broker back), the newest answer counting, and the view's age for
-/readyz. The outage test (`tests/integration/test_outages.py`) shows both against a real broker."""
+pending in a client with the broker back), the newest answer counting, and the view's age and how
+long it has shown no shard led, for /readyz. The outage test (`tests/integration/test_outages.py`)
+shows the requests against a real broker."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ from typing import Any, cast
 
 import pytest
 
-from foundation.metrics import OWNERS_VIEW_AGE
+from foundation.metrics import LEADERLESS, OWNERS_VIEW_AGE
 from sidecar import owners as owners_module
 from sidecar.membership import Member
-from sidecar.owners import DESCRIBE_TIMEOUT_S, MAX_CLIENTS, REASK_AFTER_S, Owners
+from sidecar.owners import (
+    DESCRIBE_TIMEOUT_S,
+    LEADERLESS_AFTER_S,
+    MAX_CLIENTS,
+    REASK_AFTER_S,
+    Owners,
+)
 
 A = Member("id-a", "http://a", frozenset({0, 2}))
 B = Member("id-b", "http://b", frozenset({1}))
@@ -136,3 +143,27 @@ def test_the_view_age_counts_from_start_then_from_each_answer(clock: Clock) -> N
     owners.tick()  # the request asked then is not answered
     assert owners.stale_s() == 12
     assert OWNERS_VIEW_AGE._value.get() == 12  # what /metrics shows
+
+
+def test_views_with_no_shard_led_count_until_one_shows_a_leader(clock: Clock) -> None:
+    membership = AskedMembership()
+    owners = owners_of(membership, clock)
+    owners.tick()
+    clock.now += 5
+    assert owners.leaderless_s() == 5  # no view yet: since the start
+    membership.answer(0, [A])
+    owners.tick()
+    assert owners.leaderless_s() == 0
+    clock.now += 3
+    rebalancing = [Member("id-a", "http://a", frozenset()), Member("id-b", "http://b", frozenset())]
+    membership.answer(1, rebalancing)
+    owners.tick()
+    assert owners.by_shard == {}
+    assert owners.leaderless_s() == 3  # since the view that last showed a leader
+    clock.now += LEADERLESS_AFTER_S - 2
+    owners.tick()  # the request asked then is not answered: the view in use still shows none
+    assert owners.leaderless_s() == LEADERLESS_AFTER_S + 1
+    assert LEADERLESS._value.get() == LEADERLESS_AFTER_S + 1  # what /metrics shows
+    membership.answer(2, [B])
+    owners.tick()
+    assert owners.leaderless_s() == 0
