@@ -12,15 +12,35 @@ the compiler's CPU in every phase it measures.
 
 from __future__ import annotations
 
+import argparse
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from devtools.local_sidecar import thread_cpu_s
+from devtools.local_sidecar import broker_pid, thread_cpu_s
 
 COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")  # their names, cut to 15 characters
 QUIET_CORES = 0.1  # a broker warm for the load: 0.02-0.06 of a core here, 0.3-0.5 before
 WINDOW_S = 10.0
+
+
+def add_argument(parser: argparse.ArgumentParser) -> None:
+    """The bench's `--warm-up-s`."""
+    parser.add_argument(
+        "--warm-up-s",
+        type=float,
+        default=300,
+        help="bound of the broker's JIT warm-up before the measured phases (0: none; none either "
+        "with KPD_BOOTSTRAP)",
+    )
+
+
+def local_broker() -> int | None:
+    """The broker's process when the bench started its own (`broker_for_tests`); None for one
+    given by KPD_BOOTSTRAP, perhaps on another machine: its compiler is neither read nor waited
+    out."""
+    return None if "KPD_BOOTSTRAP" in os.environ else broker_pid()
 
 
 def compiler_cpu_s(pid: int) -> float:
@@ -61,17 +81,20 @@ def warm_up(pid: int, one_round: Callable[[], object], max_s: float) -> WarmUp:
 
 
 class CompilerMeter:
-    """The broker's compiler CPU from now on, for a phase's line."""
+    """The broker's compiler CPU from now on, for a phase's line (`pid` None: not measured)."""
 
-    def __init__(self, pid: int) -> None:
-        self._pid, self._start = pid, compiler_cpu_s(pid)
+    def __init__(self, pid: int | None) -> None:
+        self._pid = pid
+        self._start = compiler_cpu_s(pid) if pid is not None else 0.0
 
     def text(self) -> str:
+        if self._pid is None:
+            return "the broker's JIT compiler not measured (KPD_BOOTSTRAP)"
         used = compiler_cpu_s(self._pid) - self._start
         return f"the broker's JIT compiler used {used:.1f} core-s"
 
 
-def with_compiler_cpu(pid: int, phase: Callable[[], str]) -> str:
+def with_compiler_cpu(pid: int | None, phase: Callable[[], str]) -> str:
     """`phase()`'s line, followed by the broker's compiler CPU while it ran."""
     meter = CompilerMeter(pid)
     line = phase()

@@ -4,9 +4,9 @@
     KPD_BOOTSTRAP=127.0.0.1:9092 .venv/bin/python bench/delay.py --pending 1000000
 
 One run, one broker, one `kpd run` process (real Kafka, real RocksDB). Uncounted rounds of the raw
-loops and of a short mixed phase (on a sidecar of their own) first run until the fresh broker's
-JIT compiler is quiet (`bench/broker_jit.py`; bounded by `--warm-up-s`), and each phase prints
-what the compiler used meanwhile. Then it prints:
+loops and of a mixed phase (on a sidecar of their own) first run until the fresh broker's JIT
+compiler is quiet (`bench/broker_jit.py`; bounded by `--warm-up-s`; not with KPD_BOOTSTRAP), and
+each phase prints what the compiler used meanwhile. Then it prints:
   * raw loop: consume N records from a topic and produce them to another, plain and
     transactional (2000 records per transaction, offsets in the transaction), the physical
     reference on this machine;
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 from bench import broker_jit, gc_pauses  # noqa: E402
 from bench.broker_writes import snapshot  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
-from devtools.local_sidecar import SidecarProcess, broker_pid, isolated_env  # noqa: E402
+from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
 from foundation.kafka_clients import consume_ready  # noqa: E402
 
 VALUE = b"v" * 100
@@ -419,9 +419,9 @@ def reads_text(before: float | None, after: float | None) -> str:
 
 
 def warm_up_broker(
-    bootstrap: str, admin: AdminClient, home: Path, shards: int, max_s: float
+    bootstrap: str, admin: AdminClient, home: Path, shards: int, broker: int, max_s: float
 ) -> None:
-    """Rounds of both raw loops and a short mixed phase on a sidecar of its own (its schedules
+    """Rounds of both raw loops and a mixed phase on a sidecar of its own (its schedules
     stay out of the measured one's counts), until the broker's JIT compiler is quiet: the raw
     loops alone left kpd's first phase with 14 core-s of compiling, and with mixed phases of 5 s
     it still took 12 (2026-11-27 02:39 and 02:46)."""
@@ -435,7 +435,7 @@ def warm_up_broker(
 
     sidecar.start()
     try:
-        warm = broker_jit.warm_up(broker_pid(), one_round, max_s)
+        warm = broker_jit.warm_up(broker, one_round, max_s)
     finally:
         sidecar.stop()
     print(f"broker warm-up (raw loops and kpd's mixed phase, not counted): {warm.text()}")
@@ -447,9 +447,9 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     results: dict[str, str] = {}
     print(f"broker {bootstrap}; sidecar files in {home}")
 
-    broker = broker_pid()
-    if args.warm_up_s > 0:
-        warm_up_broker(bootstrap, admin, home / "warm-up", args.shards, args.warm_up_s)
+    broker = broker_jit.local_broker()
+    if args.warm_up_s > 0 and broker is not None:
+        warm_up_broker(bootstrap, admin, home / "warm-up", args.shards, broker, args.warm_up_s)
     jit = broker_jit.CompilerMeter(broker)
     raw_plain = raw_loop(bootstrap, admin, args.raw_n, transactional=False)
     raw_txn = raw_loop(bootstrap, admin, args.raw_n, transactional=True)
@@ -610,12 +610,7 @@ def main() -> int:
         help="cumulative far-future backlog sizes at which RSS is measured",
     )
     parser.add_argument("--max-ingest-s", type=float, default=600)
-    parser.add_argument(
-        "--warm-up-s",
-        type=float,
-        default=300,
-        help="bound of the broker's JIT warm-up before the measured phases (0: none)",
-    )
+    broker_jit.add_argument(parser)
     parser.add_argument(
         "--shards", type=int, default=2, help="the sidecar's KPD_SHARDS (kpd's default is 8)"
     )

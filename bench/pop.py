@@ -719,10 +719,11 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     profile: list[str] = []
     try:
         print(f"sidecar ready in {sidecar.start():.1f} s at {sidecar.url}")
-        warm_text = "none (--warm-up-s 0)"
-        if args.warm_up_s > 0:
+        warm_text = "none (--warm-up-s 0, or KPD_BOOTSTRAP)"
+        broker = broker_jit.local_broker()
+        if args.warm_up_s > 0 and broker is not None:
             warm = broker_jit.warm_up(
-                broker_pid(),
+                broker,
                 lambda: kpd_throughput(ctx, sidecar, topic, 10, args.procs, args.records, 10),
                 args.warm_up_s,
             )
@@ -887,12 +888,7 @@ def main() -> int:
     parser.add_argument("--latency-pops", type=int, default=500)
     parser.add_argument("--p2p-samples", type=int, default=200)
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the sidecar (0: off)")
-    parser.add_argument(
-        "--warm-up-s",
-        type=float,
-        default=300,
-        help="bound of the broker's JIT warm-up before the measured phases (0: none)",
-    )
+    broker_jit.add_argument(parser)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:

@@ -4,8 +4,9 @@
     KPD_BOOTSTRAP=127.0.0.1:9092 .venv/bin/python bench/revive.py --records 20000
 
 One run, one broker, one `kpd run` process, after uncounted rounds of kpd's phase have run until
-the fresh broker's JIT compiler is quiet (`bench/broker_jit.py`, `--warm-up-s`). Every record is
-delivered twice: the first delivery is given back, the second settled for good. Printed:
+the fresh broker's JIT compiler is quiet (`bench/broker_jit.py`, `--warm-up-s`; not with
+KPD_BOOTSTRAP). Every record is delivered twice: the first delivery is given back, the second
+settled for good. Printed:
   1. kpd: `--procs` client processes, each a pop (batch `--batch`) -> nack (delay 0: the message
      is copied to the group's retry topic at once) or ack (its second delivery) loop over HTTP;
      records settled per second, the nack and pop calls' p50/p99 under that load, and how many
@@ -47,7 +48,6 @@ from bench.pop import (  # noqa: E402
     run_processes,
 )
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
-from devtools.local_sidecar import broker_pid  # noqa: E402
 
 WARM_UP_ROUND_S = 10.0  # a round of kpd's phase in the broker's warm-up
 
@@ -165,7 +165,9 @@ def phase(ctx: Any, worker: Any, first_arg: str, group: str, topic: str, args: A
     }
 
 
-def warm_up(ctx: Any, admin: AdminClient, bootstrap: str, sidecar: Sidecar, args: Any) -> str:
+def warm_up(
+    ctx: Any, admin: AdminClient, bootstrap: str, sidecar: Sidecar, broker: int, args: Any
+) -> str:
     """Uncounted rounds of kpd's phase until the fresh broker's JIT compiler is quiet: kpd's
     phase comes first, and would otherwise share the cores with it (`bench/broker_jit.py`)."""
     short = argparse.Namespace(**{**vars(args), "phase_s": WARM_UP_ROUND_S})
@@ -175,7 +177,7 @@ def warm_up(ctx: Any, admin: AdminClient, bootstrap: str, sidecar: Sidecar, args
         produce_backlog(bootstrap, topic, args.records)
         phase(ctx, kpd_worker, sidecar.url, f"{topic}-group", topic, short)
 
-    return broker_jit.warm_up(broker_pid(), one_round, args.warm_up_s).text()
+    return broker_jit.warm_up(broker, one_round, args.warm_up_s).text()
 
 
 def run(bootstrap: str, args: argparse.Namespace) -> None:
@@ -185,8 +187,10 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     sidecar = Sidecar(bootstrap, Path(tempfile.mkdtemp(prefix="kpd-bench-revive-")))
     try:
         sidecar.start()
-        if args.warm_up_s > 0:
-            print(f"broker warm-up: {warm_up(ctx, admin, bootstrap, sidecar, args)}", flush=True)
+        broker = broker_jit.local_broker()
+        if args.warm_up_s > 0 and broker is not None:
+            warm = warm_up(ctx, admin, bootstrap, sidecar, broker, args)
+            print(f"broker warm-up: {warm}", flush=True)
         topic = create_topic(admin, f"bench-revive-{uuid.uuid4().hex[:6]}")
         produce_backlog(bootstrap, topic, args.records)
         group = f"bench-revive-{uuid.uuid4().hex[:6]}"
@@ -232,12 +236,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--procs", type=int, default=2, help="client processes per phase")
     parser.add_argument("--phase-s", type=float, default=60, help="time bound of each phase")
-    parser.add_argument(
-        "--warm-up-s",
-        type=float,
-        default=300,
-        help="bound of the broker's JIT warm-up before the measured phases (0: none)",
-    )
+    broker_jit.add_argument(parser)
     args = parser.parse_args()
     with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
         run(bootstrap, args)

@@ -403,7 +403,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     print(f"broker {bootstrap}; files in {home}; {os.cpu_count()} cores")
     broker = broker_pid()
     if args.warm_up_s > 0:  # or the 1-worker run, the base of every ratio, shares the cores with it
-        warm_up_broker(bootstrap, admin, home / "warm-up", SHARDS, args.warm_up_s)
+        warm_up_broker(bootstrap, admin, home / "warm-up", SHARDS, broker, args.warm_up_s)
     base: dict = {}
     for workers in args.workers:
         jit = broker_jit.CompilerMeter(broker)
@@ -473,12 +473,7 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--pop-state", type=_numbers, default=[10_000, 1_000_000])
     parser.add_argument("--takeover-groups", type=_numbers, default=[1, 100])
-    parser.add_argument(
-        "--warm-up-s",
-        type=float,
-        default=300,
-        help="bound of the broker's JIT warm-up before the measured runs (0: none)",
-    )
+    broker_jit.add_argument(parser)
     parser.add_argument(
         "--set",
         dest="setting",
