@@ -54,7 +54,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import broker_jit, gc_pauses  # noqa: E402
+from bench import broker_jit, call_time, gc_pauses  # noqa: E402
 from bench.broker_writes import snapshot  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import SidecarProcess, isolated_env  # noqa: E402
@@ -334,10 +334,12 @@ def sustained(
     ingest = PacedIngest(bootstrap, sidecar.buffer, far, ingest_rate, args.seconds)
     time.sleep(max(0.0, (start_ms - now_ms()) / 1000))  # the far-future load starts with the dues
     gc_before, reads_before = gc_pauses.read(sidecar.url), sidecar.index_reads()
+    times_before = call_time.read(sidecar.url)
     if ingest_rate:
         ingest.start()
     rows = read_deliveries(bootstrap, target, n, args.seconds + 120)
     gc_row = gc_pauses.read(sidecar.url).minus(gc_before).row()
+    waits = call_time.read(sidecar.url).minus(times_before).steps_row("delay")
     reads = reads_text(reads_before, sidecar.index_reads())
     if ingest_rate:
         # Due deliveries go first: how far ingest kept up while they flowed, and its lag after.
@@ -357,7 +359,8 @@ def sustained(
     return (
         f"{args.rate}/s due for {args.seconds} s, {load}{len(rows)} delivered, {early} early; "
         f"lateness at the broker (LogAppendTime) {lateness_row(rows, 1)}; "
-        f"read_committed-visible lateness {lateness_row(rows, 2)}; {reads}; GC pauses: {gc_row}"
+        f"read_committed-visible lateness {lateness_row(rows, 2)}; {reads}; GC pauses: {gc_row}; "
+        f"{waits}"
     )
 
 

@@ -46,6 +46,7 @@ import multiprocessing as mp
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,7 @@ from confluent_kafka.admin import (
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import broker_jit, gc_pauses  # noqa: E402
+from bench import broker_jit, call_time, gc_pauses  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import (  # noqa: E402
     SidecarProcess,
@@ -483,6 +484,7 @@ def pop_latency(sidecar: Sidecar, topic: str, batch: int, n: int, limit_s: float
     acks: list[float] = []
     deadline = time.monotonic() + limit_s
     gc_before = gc_pauses.read(sidecar.url)
+    times_before = call_time.read(sidecar.url)
     with httpx.Client(base_url=sidecar.url, timeout=60) as http:
         while len(pops) < n and time.monotonic() < deadline:
             t0 = time.perf_counter()
@@ -502,6 +504,9 @@ def pop_latency(sidecar: Sidecar, topic: str, batch: int, n: int, limit_s: float
         "ack_p50": pct(acks, 50),
         "ack_p99": pct(acks, 99),
         "gc": gc_pauses.read(sidecar.url).minus(gc_before).row(),
+        "where": call_time.read(sidecar.url)
+        .minus(times_before)
+        .calls_row({"pop": statistics.fmean(pops or [0]), "ack": statistics.fmean(acks or [0])}),
     }
 
 
@@ -747,7 +752,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
             print(
                 f"3. pop latency batch {batch:>2} (1 client, messages waiting, {r['n']} pops): "
                 f"p50 {r['p50']:.2f} ms, p99 {r['p99']:.2f} ms, max {r['max']:.1f} ms "
-                f"(its ack p50/p99 {r['ack_p50']:.2f}/{r['ack_p99']:.2f} ms); GC pauses: {r['gc']}",
+                f"(its ack p50/p99 {r['ack_p50']:.2f}/{r['ack_p99']:.2f} ms); "
+                f"GC pauses: {r['gc']}; {r['where']}",
                 flush=True,
             )
         p2p = produce_to_pop(bootstrap, admin, sidecar, args.p2p_samples, args.phase_s * 2)

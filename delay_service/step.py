@@ -15,7 +15,7 @@ from foundation.transactions import Transaction
 
 class Step:
     def __init__(self, producers: ProducersInTurn, timeout_s: float, tracked: bool) -> None:
-        self.txn = Transaction(producers, timeout_s, tracked)
+        self.txn = Transaction(producers, timeout_s, tracked, role="delay")
         self.records: dict[str, Schedule] = {}  # latest state per id, as this step leaves it
         # State per id as the index held it when this step first looked: applying the step's
         # records after the commit starts from it instead of reading RocksDB again.

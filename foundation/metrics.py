@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 # Several worker processes share one /metrics (prometheus_client's multiprocess mode): gauges
 # say how their values combine across the live workers.
@@ -50,4 +50,15 @@ CLOCK_OFFSET = Gauge(
     "kpd_clock_offset_ms",
     "This node's wall clock minus the broker's, from the LogAppendTime of its own writes",
     multiprocess_mode="livemax",
+)
+# Where a leader step's transaction waits on the broker, by role (delay, pop) and phase: `write`
+# until the broker took the step's records (AddPartitionsToTxn, then Produce), `offsets` for
+# sending consumer offsets into it (AddOffsetsToTxn, TxnOffsetCommit), `commit` for EndTxn.
+# A pop or an ack is answered only after all three (BENCHMARKS.md, 2026-11-27 05:15).
+TRANSACTION_SECONDS = Histogram(
+    "kpd_transaction_seconds",
+    "Time a leader step's transaction waited on the broker, by role and phase (write, offsets, "
+    "commit)",
+    ["role", "phase"],
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5),
 )

@@ -11,13 +11,16 @@ infrastructure fault: it propagates, and the supervisor restarts the role from K
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from foundation.bounded_call import call_within
+from foundation.metrics import TRANSACTION_SECONDS
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.record_size import record_bytes
 
@@ -50,6 +53,11 @@ class Refusal:
     topic: str
     code: int
     size: int  # key + value + headers of the refused record
+
+
+@cache
+def _phase_seconds(role: str, phase: str) -> Any:
+    return TRANSACTION_SECONDS.labels(role, phase)
 
 
 class RecordsRefused(Exception):
@@ -104,8 +112,15 @@ class Transaction:
 
     _producer: Producer  # the one of `producers` taken when the transaction began
 
-    def __init__(self, producers: ProducersInTurn, timeout_s: float, tracked: bool = True) -> None:
+    def __init__(
+        self,
+        producers: ProducersInTurn,
+        timeout_s: float,
+        tracked: bool = True,
+        role: str | None = None,
+    ) -> None:
         self._producers = producers
+        self._role = role  # for `kpd_transaction_seconds`; None: not measured
         self._timeout_s = timeout_s
         self._tracked = tracked
         self._untracked_tags = False  # a tagged record went without a delivery report
@@ -164,12 +179,14 @@ class Transaction:
 
     def send_offsets(self, offsets: list[Any], group_metadata: Any) -> None:
         self.begin()
+        started = time.perf_counter()
         try:
             call_within(
                 self._timeout_s, "send_offsets_to_transaction",
                 self._producer.send_offsets_to_transaction, offsets, group_metadata,
                 self._timeout_s,
             )  # fmt: skip
+            self._waited("offsets", started)
         except KafkaException as exc:
             # A record the broker refused already makes the transaction abortable, so this call
             # fails too: name that record if it was one (else the failure is the call's own).
@@ -181,7 +198,9 @@ class Transaction:
         """Commit; `RecordsRefused` (after aborting) if the broker refused tagged records."""
         if not self.open:
             return
+        started = time.perf_counter()
         self._producer.flush(self._timeout_s)  # every delivery report of this step is in
+        flushed = self._waited("write", started)
         self._raise_refusals()
         if self._failure is not None:
             raise KafkaException(self._failure)
@@ -191,7 +210,15 @@ class Transaction:
             self._producer.commit_transaction(self._timeout_s)
         except KafkaException as exc:
             self._raise_failed(exc)
+        self._waited("commit", flushed)
         self.open = False
+
+    def _waited(self, phase: str, since: float) -> float:
+        """Note how long `phase` waited (if this transaction is measured); the time now."""
+        now = time.perf_counter()
+        if self._role is not None:
+            _phase_seconds(self._role, phase).observe(now - since)
+        return now
 
     def _raise_failed(self, exc: KafkaException) -> NoReturn:
         """The transaction failed: abort it if it can be, and say whether an untracked tagged

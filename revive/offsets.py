@@ -1,10 +1,21 @@
 """Each touched group's committed offset: the lowest offset not yet settled (DESIGN: pop).
 
-The offsets go into the step's transaction, so Kafka tooling shows the group's real progress
+The offsets go into a step's transaction, so Kafka tooling shows the group's real progress
 and a committed offset never passes a message that could still come back.
+
+A group's offsets are sent at most once per `SEND_EVERY_S`, with the first step that comes
+after that long since a step first touched the group (an idle step, if need be). Sending them
+costs a step two more broker round trips (AddOffsetsToTxn, TxnOffsetCommit) and the broker a
+transaction marker on `__consumer_offsets`: done on every ack step, that was 2 ms of an ack's
+9 ms at p50 (BENCHMARKS.md, 2026-11-27 05:15). A committed offset that lags only ever points
+below the true watermark, which is safe: what a step settles is durable in its own state
+records, and the replay floor follows the offsets as sent (`committed`), not as settled.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 from confluent_kafka import TopicPartition
 
@@ -12,11 +23,42 @@ from revive.fetcher import GroupFetcher, source_topic
 from revive.pop_state import LedgerKey, PopState
 from revive.pop_step import PopStep
 
+SEND_EVERY_S = 1.0
+
+
+class SendTimes:
+    """When each group's offsets are next due: `SEND_EVERY_S` after a step first touched it
+    since its last send (pure logic, so it is tested without Kafka)."""
+
+    def __init__(
+        self, every_s: float = SEND_EVERY_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._every_s, self._clock = every_s, clock
+        self._touched: dict[str, float] = {}  # group -> when first touched since its last send
+
+    def touch(self, groups: set[str]) -> None:
+        now = self._clock()
+        for group in groups:
+            self._touched.setdefault(group, now)
+
+    def any_due(self) -> bool:
+        now = self._clock()
+        return any(now - at >= self._every_s for at in self._touched.values())
+
+    def take_due(self) -> set[str]:
+        """The groups due now, forgotten until a step touches them again."""
+        now = self._clock()
+        due = {group for group, at in self._touched.items() if now - at >= self._every_s}
+        for group in due:
+            del self._touched[group]
+        return due
+
 
 class OffsetCommitter:
-    def __init__(self, state: PopState) -> None:
+    def __init__(self, state: PopState, times: SendTimes | None = None) -> None:
         self._state = state
         self._sent: dict[tuple[str, str, int], int] = {}  # last offset sent per group partition
+        self._times = times or SendTimes()
 
     def unsent(self, fetchers: dict[str, GroupFetcher]) -> set[str]:
         """Groups with a partition whose watermark this leader has not committed yet.
@@ -49,11 +91,16 @@ class OffsetCommitter:
         for sent in [k for k in self._sent if k[0] == group and k[1] in topics]:
             del self._sent[sent]
 
+    def due(self) -> bool:
+        """Is a group's send due, so that a step must commit even if it changed nothing?"""
+        return self._times.any_due()
+
     def commit(
         self, fetchers: dict[str, GroupFetcher], step: PopStep, also: set[str] | None = None
     ) -> None:
-        """Send the watermarks that moved, of the groups this step touched and of `also`."""
-        for group in step.groups | (also or set()):
+        """Send the watermarks that moved, of the groups due (see `SendTimes`) and of `also`."""
+        self._times.touch(step.groups)
+        for group in self._times.take_due() | (also or set()):
             fetcher = fetchers.get(group)
             if fetcher is None:
                 continue

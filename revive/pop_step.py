@@ -39,7 +39,7 @@ class PopStep:
     def __init__(
         self, producers: ProducersInTurn, timeout_s: float, log_topic: str, node: str
     ) -> None:
-        self.txn = Transaction(producers, timeout_s)
+        self.txn = Transaction(producers, timeout_s, role="pop")
         self.groups: set[str] = set()  # groups whose committed offsets may move
         self.copies: list[Copy] = []
         self.settled: list[tuple[LedgerKey, int]] = []  # deliveries this step ends (ledger, offset)

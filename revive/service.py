@@ -224,7 +224,7 @@ class PopService:
         for fetcher in self._fetchers.values():
             self._leaser.dead_letter_untrusted(fetcher, step)
         floors, unsent = self._once_a_second()
-        if step.txn.open or floors or unsent:
+        if step.txn.open or floors or unsent or self._offsets.due():
             self._copier.write(step)
             step.write_records(self.state_topic, self.state)
             self._offsets.commit(self._fetchers, step, also=unsent)

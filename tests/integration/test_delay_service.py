@@ -453,6 +453,11 @@ def test_delivery_log_and_metrics(sidecar_factory, new_topic, kafka_bootstrap):
         assert metric_total(end, "kpd_schedules_pending") == 0
         assert metric_total(end, "kpd_due_backlog") == 0
         assert end["kpd_leader"] == 1
+        # What the steps of this test waited on the broker, by phase: their records, the buffer
+        # offsets of the ingest steps, their commits.
+        for phase in ("write", "offsets", "commit"):
+            series = f"kpd_transaction_seconds_count{{phase={phase},role=delay}}"
+            assert end[series] > start.get(series, 0), series
 
 
 def test_due_schedules_are_delivered_from_memory(sidecar_factory, new_topic, kafka_bootstrap):

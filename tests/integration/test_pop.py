@@ -42,6 +42,9 @@ def parked(http) -> float:
     return metric_values(http).get("kpd_pop_parked", 0)
 
 
+OFFSETS_SENT = "kpd_transaction_seconds_count{phase=offsets,role=pop}"
+
+
 def committed_offset(admin, group: str, topic: str, partition: int = 0) -> int:
     futures = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition)])]
@@ -352,13 +355,17 @@ def test_committed_offsets_are_the_settled_low_watermark(
     def committed() -> int:
         return committed_offset(admin, group, topic)
 
-    with KpdClient(leader.url) as kpd:
+    with KpdClient(leader.url) as kpd, leader.client() as http:
         popped = sorted(
             pop_until(kpd, group, topic, 10, invisible_ms=60_000), key=lambda m: m.offset
         )
         assert [m.offset for m in popped] == list(range(10))
+        offsets_sent = metric_values(http).get(OFFSETS_SENT, 0)
         kpd.ack(group, [popped[i].receipt for i in (0, 1, 2, 5)])
         wait_for(lambda: committed() == 3, 10, "committed offset 3")
+        # The offsets went into a transaction of their own or of a later step (at most one a
+        # second per group), and each such wait on the broker is measured.
+        assert metric_values(http)[OFFSETS_SENT] > offsets_sent
         kpd.ack(group, [popped[i].receipt for i in (3, 4)])
         wait_for(lambda: committed() == 6, 10, "committed offset 6 (5 was already acked)")
         kpd.reject(group, [popped[6].receipt])
@@ -490,8 +497,13 @@ def test_any_sidecar_pops_and_settles_lanes_led_elsewhere(
         results = via_b.ack(group, [m.receipt for m in popped])
         assert [r["status"] for r in results] == ["acked"] * len(popped)
         assert via_b.pop(group, topic, max_messages=10, wait_ms=500) == []
+
+        def lags() -> set[int]:
+            return {p["lag"] for p in via_b.group(group)["topics"][topic]["partitions"].values()}
+
+        # Each shard commits the group's offsets within about a second of the acks.
+        wait_for(lambda: lags() == {0}, 10, "lag 0 on every partition")
         stats = via_b.group(group)["topics"][topic]
-        assert {p["lag"] for p in stats["partitions"].values()} == {0}
         assert len(stats["partitions"]) == 4 and stats["in_flight"] == 0
 
 
