@@ -42,23 +42,25 @@ class SendTimes:
             self._touched.setdefault(group, now)
 
     def any_due(self) -> bool:
-        now = self._clock()
-        return any(now - at >= self._every_s for at in self._touched.values())
+        return bool(self._due())
 
     def take_due(self) -> set[str]:
         """The groups due now, forgotten until a step touches them again."""
-        now = self._clock()
-        due = {group for group, at in self._touched.items() if now - at >= self._every_s}
+        due = self._due()
         for group in due:
             del self._touched[group]
         return due
 
+    def _due(self) -> set[str]:
+        now = self._clock()
+        return {group for group, at in self._touched.items() if now - at >= self._every_s}
+
 
 class OffsetCommitter:
-    def __init__(self, state: PopState, times: SendTimes | None = None) -> None:
+    def __init__(self, state: PopState) -> None:
         self._state = state
         self._sent: dict[tuple[str, str, int], int] = {}  # last offset sent per group partition
-        self._times = times or SendTimes()
+        self._times = SendTimes()
 
     def unsent(self, fetchers: dict[str, GroupFetcher]) -> set[str]:
         """Groups with a partition whose watermark this leader has not committed yet.
