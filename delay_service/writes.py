@@ -69,15 +69,12 @@ class StepWrites:
         noted = written if len(step.ordered) % POSITION_EVERY == 0 else None
         encoded = record.encode()
         partition = self.index.shards.produce_partition(record.schedule_id)
-        step.txn.produce(
-            self.schedules_topic, record.schedule_id, encoded, partition=partition,
-            on_delivery=noted,
-        )  # fmt: skip
+        step.txn.add(self.schedules_topic, record.schedule_id, encoded, partition, noted)
         step.put(record, encoded)
 
     def log(self, step: Step, event: Event, record_id: str, target: str, **fields: Any) -> None:
         value = log_record(event, record_id, target, node=self._node, **fields)
-        step.txn.produce(self._log_topic, record_id, value)
+        step.txn.add(self._log_topic, record_id, value)
 
     def invalid(self, step: Step, tag: Hashable, record: Record, reason: str, **event: Any) -> None:
         """Settle one record as invalid: the copy with `kpd-error`, and its `invalid` event."""

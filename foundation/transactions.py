@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from foundation.bounded_call import call_within
 from foundation.metrics import TRANSACTION_SECONDS
+from foundation.plain_records import PlainRecords
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.record_size import record_bytes
 
@@ -132,6 +133,7 @@ class Transaction:
         # record) reported in the background puts it in the abortable state, where librdkafka
         # refuses every later record with _STATE. Not a fault of its own: `commit` says why.
         self._failed_early: KafkaError | None = None
+        self._plain = PlainRecords()  # records of `add`, not yet handed to the producer
 
     def begin(self) -> None:
         if not self.open:
@@ -151,6 +153,8 @@ class Transaction:
         once (client-side checks) or at `commit` (the broker's answer); without one, any error
         is an infrastructure fault."""
         self.begin()
+        if self._plain.holds(topic):  # the topic's records stay in the order they were written
+            self._send_plain()
         if self._failed_early is not None:
             return  # the transaction will be aborted: nothing more is worth queueing
         if kw.get("on_delivery") is not None or (tag is not None and self._tracked):
@@ -177,6 +181,30 @@ class Transaction:
                 refusal = Refusal(_reason(topic, error), topic, error.code(), size)
                 raise RecordsRefused({tag: refusal}) from None
 
+    def add(
+        self,
+        topic: str,
+        key: str,
+        value: bytes,
+        partition: int = -1,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        """Queue a plain record (no headers, no tag; `partition` -1: the partitioner's). It is
+        handed to the producer with others (`foundation.plain_records`), in the order added,
+        before the commit and before any `produce` to the same topic. A refusal is an
+        infrastructure fault, as for an untagged `produce`."""
+        self.begin()
+        if self._failed_early is not None:
+            return
+        tracker = None if on_delivery is None else self._tracker(None, on_delivery)
+        if self._plain.add(topic, key, value, partition, tracker):
+            self._send_plain()
+
+    def _send_plain(self) -> None:
+        refused = self._plain.send(self._producer)
+        if refused is not None:
+            self._failed_early = refused
+
     def send_offsets(self, offsets: list[Any], group_metadata: Any) -> None:
         self.begin()
         started = time.perf_counter()
@@ -198,6 +226,7 @@ class Transaction:
         """Commit; `RecordsRefused` (after aborting) if the broker refused tagged records."""
         if not self.open:
             return
+        self._send_plain()
         started = time.perf_counter()
         self._producer.flush(self._timeout_s)  # every delivery report of this step is in
         flushed = self._waited("write", started)
@@ -240,6 +269,7 @@ class Transaction:
             raise RefusalUnknown(self._failure.str())
 
     def abort(self) -> None:
+        self._plain.clear()
         self._producer.abort_transaction(self._timeout_s)
         self.open = False
 

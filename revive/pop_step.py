@@ -63,10 +63,8 @@ class PopStep:
         stays ordered; where each checkpoint landed is noted for the replay floor."""
         for key, encoded in self._records.items():
             written = _noting(state, key, self._checkpoints.get(key, []))
-            self.txn.produce(
-                state_topic, "/".join(map(str, key)), pack_batch(encoded),
-                partition=state.partition_of(key), on_delivery=written,
-            )  # fmt: skip
+            ledger = "/".join(map(str, key))
+            self.txn.add(state_topic, ledger, pack_batch(encoded), state.partition_of(key), written)
 
     def log(
         self, event: Event, record: SourceRecord, origin: Origin, count: int, at: int, **extra: Any
@@ -85,7 +83,7 @@ class PopStep:
             offset=origin.offset,
             **extra,
         )
-        self.txn.produce(self._log_topic, record_id, value)
+        self.txn.add(self._log_topic, record_id, value)
 
 
 def _noting(
