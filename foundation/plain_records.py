@@ -54,6 +54,8 @@ class PlainRecords:
         transaction had already failed (nothing more is worth queueing); raises any other
         refusal as a `KafkaException`: a plain record is kpd's own, so it is an infrastructure
         fault."""
+        if not self._count:
+            return None
         by_place = self._by_place
         self.clear()
         for place, records in by_place.items():

@@ -154,16 +154,16 @@ class Transaction:
         is an infrastructure fault."""
         self.begin()
         if self._plain.holds(topic):  # the topic's records stay in the order they were written
-            self._send_plain()
+            self.send_added()
         if self._failed_early is not None:
             return  # the transaction will be aborted: nothing more is worth queueing
         if kw.get("on_delivery") is not None or (tag is not None and self._tracked):
             kw["on_delivery"] = self._tracker(tag, kw.get("on_delivery"))
         elif tag is not None:
             self._untracked_tags = True
-        # Else no delivery report at all (most records: log events, copies), which spares a
-        # closure, a Python call and a Message object per record: a record that fails puts the
-        # transaction in the abortable state, so `commit` raises all the same (librdkafka).
+        # Else no delivery report at all (copies, untracked targets, as most records of `add`),
+        # which spares a closure, a Python call and a Message object per record: a record that
+        # fails puts the transaction in the abortable state, so `commit` raises all the same.
         while True:
             try:
                 self._producer.produce(topic, value=value, key=key, **kw)
@@ -198,9 +198,13 @@ class Transaction:
             return
         tracker = None if on_delivery is None else self._tracker(None, on_delivery)
         if self._plain.add(topic, key, value, partition, tracker):
-            self._send_plain()
+            self.send_added()
 
-    def _send_plain(self) -> None:
+    def send_added(self) -> None:
+        """Hand what `add` queued to the producer now (else it goes with a full batch or at the
+        commit): records sent together join the transaction in one request."""
+        if not self.open:
+            return  # nothing was added since it began, or since its abort
         refused = self._plain.send(self._producer)
         if refused is not None:
             self._failed_early = refused
@@ -226,7 +230,7 @@ class Transaction:
         """Commit; `RecordsRefused` (after aborting) if the broker refused tagged records."""
         if not self.open:
             return
-        self._send_plain()
+        self.send_added()
         started = time.perf_counter()
         self._producer.flush(self._timeout_s)  # every delivery report of this step is in
         flushed = self._waited("write", started)

@@ -63,8 +63,10 @@ class PopStep:
         stays ordered; where each checkpoint landed is noted for the replay floor."""
         for key, encoded in self._records.items():
             written = _noting(state, key, self._checkpoints.get(key, []))
-            ledger = "/".join(map(str, key))
-            self.txn.add(state_topic, ledger, pack_batch(encoded), state.partition_of(key), written)
+            self.txn.produce(
+                state_topic, "/".join(map(str, key)), pack_batch(encoded),
+                partition=state.partition_of(key), on_delivery=written,
+            )  # fmt: skip
 
     def log(
         self, event: Event, record: SourceRecord, origin: Origin, count: int, at: int, **extra: Any
@@ -83,7 +85,7 @@ class PopStep:
             offset=origin.offset,
             **extra,
         )
-        self.txn.add(self._log_topic, record_id, value)
+        self.txn.produce(self._log_topic, record_id, value)
 
 
 def _noting(
