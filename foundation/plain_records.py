@@ -3,7 +3,7 @@ librdkafka a batch at a time.
 
 In the delay worker, beside its other work, a `produce()` call cost 5-6 us of CPU per record;
 one `produce_batch()` call of a few hundred records costs under 1 us a record (BENCHMARKS.md,
-2026-11-27 08:20). Records are batched by topic and partition: librdkafka ignores a partition
+2026-11-27 08:18). Records are batched by topic and partition: librdkafka ignores a partition
 given per record in a batch (it is the batch's, or its partitioner's for every record). Records
 added with the same `partition` keep their order: librdkafka queues a batch in order, and when
 its queue is full it refuses the batch's tail from the first record that did not fit, never one
@@ -22,8 +22,6 @@ SEND_EVERY = 256  # records queued before they are handed over, so they go out a
 QUEUE_FULL_WAIT_S = 0.01  # lets librdkafka send some of its queue before the tail is offered again
 
 Callback = Callable[[KafkaError | None, Message], None]
-
-
 Place = tuple[str, int]  # topic, partition (-1: the producer's partitioner)
 
 
