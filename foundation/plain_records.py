@@ -1,7 +1,7 @@
 """A transaction's plain records (no headers, no tag: state records, log events), handed to
 librdkafka a batch at a time.
 
-In the delay worker, beside its other work, a `produce()` call cost 5-6 us of CPU per record;
+In the delay worker, beside its other work, a `produce()` call cost about 6 us of CPU per record;
 one `produce_batch()` call of a few hundred records costs under 1 us a record (BENCHMARKS.md,
 2026-11-27 08:18). Records are batched by topic and partition: librdkafka ignores a partition
 given per record in a batch (it is the batch's, or its partitioner's for every record). Records

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from foundation.bounded_call import call_within
 from foundation.metrics import TRANSACTION_SECONDS
-from foundation.plain_records import PlainRecords
+from foundation.plain_records import Callback, PlainRecords
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.record_size import record_bytes
 
@@ -187,7 +187,7 @@ class Transaction:
         key: str,
         value: bytes,
         partition: int = -1,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        on_delivery: Callback | None = None,
     ) -> None:
         """Queue a plain record (no headers, no tag; `partition` -1: the partitioner's). It is
         handed to the producer with others (`foundation.plain_records`), in the order added,

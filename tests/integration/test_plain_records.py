@@ -105,7 +105,10 @@ def test_a_refused_plain_record_fails_the_step_as_an_infrastructure_fault(
     with pytest.raises(KafkaException) as raised:
         txn.commit()
     assert not isinstance(raised.value, RecordsRefused)
-    if txn.open:  # refused by the client: raised before anything was sent, left to the caller
+    # The broker's refusal fails the commit, which aborts; the client's is raised before
+    # anything of the batch was sent, and the abort is left to the caller (the supervisor).
+    assert txn.open == (refused_by == "client")
+    if txn.open:
         txn.abort()
     with TopicReader(kafka_bootstrap, topic) as reader:
         assert reader.read_for(1.0) == []
