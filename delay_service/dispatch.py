@@ -59,7 +59,7 @@ class Dispatch:
             enqueued_ms=schedule.enqueued_ms,
             delivery_count=1,
         )
-        step.delivered_due_ms.append(schedule.due_ms)
+        step.delivered(schedule.due_ms)
 
     def _undeliver(self, schedule: Schedule, reason: str, step: Step) -> None:
         """A due schedule whose target cannot be written: to the invalid topic, like at ingest."""

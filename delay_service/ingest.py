@@ -74,13 +74,18 @@ class Ingest:
         except InvalidRecord as error:
             self._reject(message, default_id, str(error), step)
             return
-        owner = self._route.shards.of_key(request.schedule_id)
-        if owner != self._route.shard:
-            self._forward(message, owner, step)
-        elif isinstance(request, CancelRequest):
+        if request.schedule_id is default_id:  # its own: placed by the partition just read
+            placed = self._route.shards.of_partition(message.partition())
+        else:
+            owner = self._route.shards.of_key(request.schedule_id)
+            if owner != self._route.shard:
+                self._forward(message, owner, step)
+                return
+            placed = -1  # by the producer's partitioner, as any named id
+        if isinstance(request, CancelRequest):
             self._cancel(request.schedule_id, step)
         else:
-            self._schedule(request, message, timestamp_ms, step)
+            self._schedule(request, message, timestamp_ms, placed, step)
 
     def _forward(self, message: Message, owner: int, step: Step) -> None:
         # Key, value, headers and timestamp stay the producer's: they reach the target as sent,
@@ -93,7 +98,12 @@ class Ingest:
         step.forwarded += 1
 
     def _schedule(
-        self, request: ScheduleRequest, message: Message, enqueued_ms: int, step: Step
+        self,
+        request: ScheduleRequest,
+        message: Message,
+        enqueued_ms: int,
+        placed: int,
+        step: Step,
     ) -> None:
         current = self._writes.lookup(step, request.schedule_id)
         if current is not None:  # the same id twice schedules once
@@ -122,7 +132,7 @@ class Ingest:
             headers=request.headers,
             enqueued_ms=enqueued_ms,
         )
-        self._writes.state(step, record)
+        self._writes.state(step, record, placed)
         self._writes.log(
             step,
             Event.SCHEDULED,

@@ -55,6 +55,11 @@ log = structlog.get_logger(__name__)
 
 BATCH = 2000  # deliveries per transaction: big enough to amortise the commit
 INGEST_BATCH = 1000  # buffer records per step: bounds how long due deliveries wait behind ingest
+# Once a step carries a delivery, it ingests for at most this long before its commit makes the
+# delivery visible; the rest of the buffer waits for the next step. Halved the read_committed
+# lateness under 5k due/s + 15k/s of ingest, without slowing that ingest (BENCHMARKS.md,
+# 2026-11-27 12:00).
+INGEST_BEHIND_DELIVERY_S = 0.02
 WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
 # The window slides in small steps: loading half a window at once (tens of thousands of entries
 # at a high due rate) stalled dispatch for that long and showed in the p99 lateness.
@@ -219,7 +224,7 @@ class DelayLeader:
 
     def _ingest_all(self, chunk: list[Message], first: First, step: Step) -> None:
         """Ingest up to INGEST_BATCH records, read INGEST_CHUNK at a time, each dropped as soon
-        as it is handled."""
+        as it is handled; less once the step carries a delivery (INGEST_BEHIND_DELIVERY_S)."""
         ingested = 0
         while chunk:
             ingested += len(chunk)
@@ -229,7 +234,12 @@ class DelayLeader:
                 if message.error() is None:
                     self._ingest.record(message, step)
             self._dispatch_due(step)  # sent now, at the broker before the step's commit
-            chunk = self._reader.more(first) if ingested < INGEST_BATCH else []
+            if ingested >= INGEST_BATCH:
+                return
+            if step.delivering_for_s() > INGEST_BEHIND_DELIVERY_S:
+                metrics.INGEST_YIELDS.inc()
+                return
+            chunk = self._reader.more(first)
 
     def _dispatch_due(self, step: Step) -> None:
         # Due by the broker's clock too: a clock running ahead waits the difference out.

@@ -35,6 +35,11 @@ INGEST_WAITS = Counter(
     "Steps in which a shard's delay leader held buffer records it had read because another "
     "shard of this worker had the ingest turn (delay_service.ingest_turns)",
 )
+INGEST_YIELDS = Counter(
+    "kpd_delay_ingest_yields_total",
+    "Steps that ended their ingest early to commit the deliveries they carried: a delivery "
+    "becomes visible only with its step's commit",
+)
 INVALID = Counter("kpd_buffer_invalid_total", "Buffer records sent to the invalid topic")
 LATENESS = Histogram(
     "kpd_delivery_lateness_seconds",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
 
 from delay_service import metrics
@@ -25,6 +26,7 @@ class Step:
         self.applied: list[Schedule] = []  # the records that changed state, once committed
         self.index_reads = 0  # schedules read from RocksDB (not held in memory, not written yet)
         self.delivered_due_ms: list[int] = []  # due times of this step's deliveries
+        self.first_delivered_s = 0.0  # monotonic time of its first delivery
         self.scheduled = self.cancelled = self.invalid = self.forwarded = 0
         # (due, id) taken from the wheel: a redo puts them back.
         self.taken: list[tuple[int, str]] = []
@@ -39,6 +41,15 @@ class Step:
         self.records[record.schedule_id] = record
         self.ordered.append(record)
         self.encoded.append(encoded)
+
+    def delivered(self, due_ms: int) -> None:
+        if not self.delivered_due_ms:
+            self.first_delivered_s = time.monotonic()
+        self.delivered_due_ms.append(due_ms)
+
+    def delivering_for_s(self) -> float:
+        """How long the step's first delivery has waited for its commit (0 if none yet)."""
+        return time.monotonic() - self.first_delivered_s if self.delivered_due_ms else 0.0
 
     def wrote_state(self, partition: int, offset: int) -> None:
         self._state_ends[partition] = max(self._state_ends.get(partition, -1), offset)

@@ -33,6 +33,7 @@ class WindowPayloads:
     def __init__(self, budget_bytes: int) -> None:
         self._budget = budget_bytes
         self._held: dict[str, Schedule] = {}
+        self._sizes: dict[str, int] = {}  # held_bytes of each held schedule, counted once
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -51,13 +52,15 @@ class WindowPayloads:
         if self.bytes + size > self._budget:
             return False
         self._held[schedule.schedule_id] = schedule
+        self._sizes[schedule.schedule_id] = size
         self.bytes += size
         return True
 
     def drop(self, schedule_id: str) -> None:
-        schedule = self._held.pop(schedule_id, None)
-        if schedule is not None:
-            self.bytes -= held_bytes(schedule)
+        size = self._sizes.pop(schedule_id, None)
+        if size is not None:
+            del self._held[schedule_id]
+            self.bytes -= size
 
     def applied(self, records: Iterable[Schedule], window_end_ms: int) -> None:
         """A step committed these records (in order): hold the pending ones due in the window,

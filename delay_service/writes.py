@@ -58,7 +58,10 @@ class StepWrites:
             step.found[schedule_id] = found
         return step.found[schedule_id]
 
-    def state(self, step: Step, record: Schedule) -> None:
+    def state(self, step: Step, record: Schedule, partition: int | None = None) -> None:
+        """Write `record` to the schedules topic, to `partition` if the caller has it (see
+        `ShardMap.produce_partition`; -1: the producer's partitioner)."""
+
         def written(error: KafkaError | None, message: Message) -> None:
             if error is None:
                 step.wrote_state(message.partition(), message.offset())
@@ -68,7 +71,8 @@ class StepWrites:
         # and most records cost no delivery report.
         noted = written if len(step.ordered) % POSITION_EVERY == 0 else None
         encoded = record.encode()
-        partition = self.index.shards.produce_partition(record.schedule_id)
+        if partition is None:
+            partition = self.index.shards.produce_partition(record.schedule_id)
         step.txn.add(self.schedules_topic, record.schedule_id, encoded, partition, noted)
         step.put(record, encoded)
 

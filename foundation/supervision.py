@@ -45,7 +45,7 @@ class LoopHealth:
     def __init__(self, role: str, shard: int) -> None:
         self.role, self.shard = role, shard
         self.last_beat = time.monotonic()
-        self.current: str | None = None  # "topic/partition@offset" of the record in hand, for logs
+        self.current: tuple[str, int, int] | None = None  # the record in hand (for logs)
         self.running = False  # beats are expected only while the loop runs
         self.restarts: deque[float] = deque(maxlen=CRASH_LOOP_RESTARTS + 1)
         self.last_failure: str | None = None
@@ -68,7 +68,16 @@ class LoopHealth:
             raise StopRequested(self.name)
 
     def handling(self, topic: str, partition: int, offset: int) -> None:
-        self.current = f"{topic}/{partition}@{offset}"
+        # Called per record: kept as a tuple, spelled out only when a log names it.
+        self.current = (topic, partition, offset)
+
+    @property
+    def record(self) -> str | None:
+        """ "topic/partition@offset" of the record in hand, if any."""
+        if self.current is None:
+            return None
+        topic, partition, offset = self.current
+        return f"{topic}/{partition}@{offset}"
 
     def quiet_s(self, now: float) -> float:
         return now - self.last_beat if self.running else 0.0
@@ -200,7 +209,7 @@ class Supervisor:
         LEADER_RESTARTS.labels(health.role, str(health.shard), reason).inc()
         log.exception(
             "role failed; restarting it", role=health.role, shard=health.shard,
-            reason=reason, record=health.current,
+            reason=reason, record=health.record,
         )  # fmt: skip
 
 
@@ -249,7 +258,7 @@ class Watchdog(PeriodicThread):
         for health in loops:
             quiet = health.quiet_s(now)
             if quiet > self.report_after_s:
-                at = f" at {health.current}" if health.current else ""
+                at = f" at {health.record}" if health.current else ""
                 found.append(f"{health.name} stalled for {quiet:.1f} s{at}")
             if health.crash_looping(now):
                 found.append(
@@ -270,6 +279,6 @@ class Watchdog(PeriodicThread):
                 self._gave_up = True
                 log.error(
                     "loop stalled past its bound; giving up", loop=health.name,
-                    quiet_s=round(quiet, 1), record=health.current, stack=health.stack(),
+                    quiet_s=round(quiet, 1), record=health.record, stack=health.stack(),
                 )  # fmt: skip
                 self._on_stall(health)

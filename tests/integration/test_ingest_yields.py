@@ -1,0 +1,76 @@
+"""A delay step that carries a delivery ingests for at most `INGEST_BEHIND_DELIVERY_S` more before
+its commit makes the delivery visible (`delay_service.leader`); a step with nothing due ingests
+its whole batch. Each cut is counted in `kpd_delay_ingest_yields_total`.
+
+The backlog is sized so that ingesting it takes seconds here (about 15k schedules/s per worker,
+so a batch of 1,000 takes far longer than the bound) while records come due every 50 ms."""
+
+from __future__ import annotations
+
+from kafka_helpers import (
+    TopicReader,
+    assert_exactly_once,
+    assert_never_early,
+    buffer_record,
+    make_producer,
+    metric_total,
+    metric_values,
+    now_ms,
+    produce_all,
+    wait_delivering,
+    wait_for,
+)
+
+BACKLOG = 40_000
+DAY_MS = 86_400_000
+DUE = 60
+DUE_EVERY_MS = 50
+
+
+def test_a_step_with_deliveries_cuts_its_ingest_short(sidecar_factory, new_topic, kafka_bootstrap):
+    sidecar = sidecar_factory("a").start()
+    buffer = sidecar.env["KPD_BUFFER_TOPIC"]
+    with sidecar.client() as http:
+        wait_delivering(http, new_topic("warm"))
+
+    def counter(name: str) -> float:
+        with sidecar.client() as http:
+            return metric_total(metric_values(http), name) or 0.0
+
+    far, target = new_topic("far"), new_topic("due")
+    producer = make_producer(kafka_bootstrap)
+
+    def backlog() -> list:
+        return [buffer_record(far, value=b"v" * 200, deliver_at=now_ms() + DAY_MS)] * BACKLOG
+
+    # Nothing due: every step ingests whole batches, and none is cut.
+    yields = counter("kpd_delay_ingest_yields_total")
+    scheduled = counter("kpd_schedules_scheduled_total")
+    produce_all(producer, buffer, backlog())
+    wait_for(
+        lambda: counter("kpd_schedules_scheduled_total") >= scheduled + BACKLOG, 120, "backlog in"
+    )
+    assert counter("kpd_delay_ingest_yields_total") == yields
+
+    # Records coming due one after another while a second backlog is ingested.
+    first_due = now_ms() + 1000
+    due = [
+        buffer_record(
+            target, value=str(i).encode(), deliver_at=first_due + i * DUE_EVERY_MS,
+            schedule_id=f"due-{i}",
+        )
+        for i in range(DUE)
+    ]  # fmt: skip
+    with TopicReader(kafka_bootstrap, target) as reader:
+        produce_all(producer, buffer, due)
+        produce_all(producer, buffer, backlog())
+        reader.read_until(lambda m: len(m) >= DUE, 120, "every due record")
+        messages = reader.read_for(1.0)  # settle: nothing extra may follow
+    assert_never_early(messages)
+    assert_exactly_once(messages, {f"due-{i}" for i in range(DUE)})
+    wait_for(
+        lambda: counter("kpd_schedules_scheduled_total") >= scheduled + 2 * BACKLOG + DUE,
+        120,
+        "second backlog in",
+    )
+    assert counter("kpd_delay_ingest_yields_total") > yields
