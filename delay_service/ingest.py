@@ -74,14 +74,14 @@ class Ingest:
         except InvalidRecord as error:
             self._reject(message, default_id, str(error), step)
             return
+        placed = None  # the state record's partition, from the id (`ShardMap.produce_partition`)
         if request.schedule_id is default_id:  # its own: placed by the partition just read
             placed = self._route.shards.of_partition(message.partition())
-        else:
+        else:  # a named id, which may even be written like a default id of another partition
             owner = self._route.shards.of_key(request.schedule_id)
             if owner != self._route.shard:
                 self._forward(message, owner, step)
                 return
-            placed = -1  # by the producer's partitioner, as any named id
         if isinstance(request, CancelRequest):
             self._cancel(request.schedule_id, step)
         else:
@@ -102,7 +102,7 @@ class Ingest:
         request: ScheduleRequest,
         message: Message,
         enqueued_ms: int,
-        placed: int,
+        placed: int | None,
         step: Step,
     ) -> None:
         current = self._writes.lookup(step, request.schedule_id)

@@ -60,3 +60,49 @@ def test_default_ids_stay_in_the_reading_shard_and_any_partition_cancels_them(
         rekeyed = reader.read_for(1.0)
     assert len(rekeyed) == len(cancelled), f"{len(rekeyed)} re-keyed, not only the cancels"
     assert {header_dict(m)["kpd-cancel"].decode() for m in rekeyed} == cancelled
+
+
+NAMED_PER_PARTITION = 8
+
+
+def test_a_named_id_written_like_a_default_one_is_placed_by_the_partition_it_names(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """A `kpd-id` of the default form belongs to the shard of the partition it names, wherever it
+    was produced: its state records land in that shard's partition of the schedules topic, where
+    the index, a restart and the standbys look for them."""
+    sidecar = sidecar_factory("a").start()
+    env = sidecar.env
+    buffer, schedules = env["KPD_BUFFER_TOPIC"], f"{env['KPD_STATE_TOPIC_PREFIX']}schedules"
+    partitions = int(env["KPD_SHARDS"])
+    assert partitions >= 2
+    target = new_topic("named")
+    with sidecar.client() as http:
+        wait_delivering(http, new_topic("warm"))
+    producer = make_producer(kafka_bootstrap)
+
+    due = now_ms() + 2000
+    named = {
+        f"kpd:{p}-{1_000_000 + i}-1": p
+        for p in range(partitions)
+        for i in range(NAMED_PER_PARTITION)
+    }
+    for schedule_id, p in named.items():  # each produced to another partition than it names
+        record = buffer_record(target, value=b"x", deliver_at=due, schedule_id=schedule_id)
+        produce_to_partition(producer, buffer, (p + 1) % partitions, [record])
+    with TopicReader(kafka_bootstrap, target) as reader:
+        reader.read_until(lambda m: len(m) >= len(named), 30, "the named records")
+        messages = reader.read_for(1.0)  # settle: nothing extra may follow
+    assert_never_early(messages)
+    assert sorted(delivered_ids(messages)) == sorted(named)
+
+    def state_of_named(seen: list) -> list:
+        return [m for m in seen if m.key().decode() in named]
+
+    with TopicReader(kafka_bootstrap, schedules) as reader:
+        # Each id's `scheduled` and `delivered` records.
+        seen = reader.read_until(
+            lambda m: len(state_of_named(m)) >= 2 * len(named), 30, "their state records"
+        )
+    placed = {(m.key().decode(), m.partition()) for m in state_of_named(seen)}
+    assert placed == set(named.items())
