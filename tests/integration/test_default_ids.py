@@ -19,17 +19,22 @@ from kafka_helpers import (
 PER_PARTITION = 40
 
 
+def delivering_sidecar(sidecar_factory, new_topic) -> tuple[dict[str, str], int]:
+    """A sidecar that delivers; its environment, and its buffer partitions (one per shard)."""
+    sidecar = sidecar_factory("a").start()
+    partitions = int(sidecar.env["KPD_SHARDS"])  # kpd creates its buffer topic with one per shard
+    assert partitions >= 2
+    with sidecar.client() as http:
+        wait_delivering(http, new_topic("warm"))
+    return sidecar.env, partitions
+
+
 def test_default_ids_stay_in_the_reading_shard_and_any_partition_cancels_them(
     sidecar_factory, new_topic, kafka_bootstrap
 ):
-    sidecar = sidecar_factory("a").start()
-    env = sidecar.env
+    env, partitions = delivering_sidecar(sidecar_factory, new_topic)
     buffer, inbox = env["KPD_BUFFER_TOPIC"], f"{env['KPD_STATE_TOPIC_PREFIX']}delay-inbox"
-    partitions = int(env["KPD_SHARDS"])  # kpd creates its buffer topic with one per shard
-    assert partitions >= 2
     target = new_topic("defaults")
-    with sidecar.client() as http:
-        wait_delivering(http, new_topic("warm"))
     producer = make_producer(kafka_bootstrap)
 
     due = now_ms() + 3000
@@ -71,14 +76,9 @@ def test_a_named_id_written_like_a_default_one_is_placed_by_the_partition_it_nam
     """A `kpd-id` of the default form belongs to the shard of the partition it names, wherever it
     was produced: its state records land in that shard's partition of the schedules topic, where
     the index, a restart and the standbys look for them."""
-    sidecar = sidecar_factory("a").start()
-    env = sidecar.env
+    env, partitions = delivering_sidecar(sidecar_factory, new_topic)
     buffer, schedules = env["KPD_BUFFER_TOPIC"], f"{env['KPD_STATE_TOPIC_PREFIX']}schedules"
-    partitions = int(env["KPD_SHARDS"])
-    assert partitions >= 2
     target = new_topic("named")
-    with sidecar.client() as http:
-        wait_delivering(http, new_topic("warm"))
     producer = make_producer(kafka_bootstrap)
 
     due = now_ms() + 2000
