@@ -73,7 +73,7 @@ class LoopHealth:
 
     @property
     def record(self) -> str | None:
-        """ "topic/partition@offset" of the record in hand, if any."""
+        """The record in hand as "topic/partition@offset", if any."""
         if self.current is None:
             return None
         topic, partition, offset = self.current
@@ -258,7 +258,7 @@ class Watchdog(PeriodicThread):
         for health in loops:
             quiet = health.quiet_s(now)
             if quiet > self.report_after_s:
-                at = f" at {health.record}" if health.current else ""
+                at = f" at {health.record}" if health.current is not None else ""
                 found.append(f"{health.name} stalled for {quiet:.1f} s{at}")
             if health.crash_looping(now):
                 found.append(
