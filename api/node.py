@@ -13,7 +13,7 @@ from delay_service.schedules import Freshness, ScheduleIndex
 from foundation.async_producer import AsyncProducer
 from foundation.config import Settings
 from foundation.shards import ShardMap
-from foundation.topics import TopicCache, TopicSpec
+from foundation.topics import TopicCache
 from revive.receipt import ReceiptCodec
 from revive.service import PopService
 
@@ -49,7 +49,8 @@ class Node(Protocol):
     def partitions(self, topic: str) -> int:
         """How many partitions `topic` has (0 if it does not exist)."""
 
-    def owned_topics(self) -> list[TopicSpec]: ...
+    def owned_topics(self) -> frozenset[str]:
+        """The names of the topics kpd owns (made once: every produce and pop asks)."""
 
     def not_ready_reasons(self) -> list[str]: ...
 

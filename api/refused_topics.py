@@ -17,10 +17,10 @@ def refused_topic(
     """(code, detail) when `topic` is refused (for pop: to `group`); None when it is allowed."""
     if topic.startswith("__"):
         return "internal_topic", f"topic {topic!r} is internal to Kafka"
-    owned = {spec.name for spec in node.owned_topics()}
-    if group is not None:
+    owned = topic in node.owned_topics()
+    if group is not None and not owned:
         settings = node.settings.group(group)
-        owned |= {settings.retry_topic, settings.dlq_topic}
-    if topic in owned:
+        owned = topic in (settings.retry_topic, settings.dlq_topic)
+    if owned:
         return "kpd_topic", f"topic {topic!r} belongs to kpd"
     return None

@@ -36,7 +36,7 @@ from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF, StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth, Watchdog
-from foundation.topics import TopicCache, TopicSpec
+from foundation.topics import TopicCache
 from revive.pop_follower import PopFollower
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
@@ -64,6 +64,7 @@ class Sidecar:
         self, settings: Settings, url: str | None = None, started: StartedWorkers | None = None
     ) -> None:
         self.settings = settings
+        self._owned_topics = frozenset(kpd_topic_names(settings))
         self.url = url or settings.url  # a worker's own address, when there are several
         self._started = started  # this sidecar's workers that have been ready once
         self.client_config = base_config(settings)
@@ -106,8 +107,8 @@ class Sidecar:
 
     # -- the Node the API sees -------------------------------------------------------------
 
-    def owned_topics(self) -> list[TopicSpec]:
-        return [TopicSpec(name) for name in kpd_topic_names(self.settings)]
+    def owned_topics(self) -> frozenset[str]:
+        return self._owned_topics
 
     def pop_service(self, shard: int) -> PopService | None:
         return self._conductor.pop_service(shard) if self._conductor is not None else None

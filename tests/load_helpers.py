@@ -18,7 +18,7 @@ from kafka_helpers import (
     wait_for,
 )
 
-from kpd_client import KpdClient
+from kpd_client import KpdClient, PoppedMessage
 
 
 class DelayLoad:
@@ -94,11 +94,14 @@ class PopLoad:
         self.url, self.group, self.topic = self.urls[0], group, topic
         self.jobs, self.partitions = set(jobs), partitions  # what the popped topic holds
         self.seen: set[bytes] = set()  # popped at least once: the worker handled it
-        self.acked: Counter[bytes] = Counter()  # acks answered acked / acked_late
+        # Acks answered acked / acked_late, or already_acked as the first answer: the call's
+        # retry after a lost answer (its sidecar killed while answering; the ack had committed).
+        self.acked: Counter[bytes] = Counter()
         self.after_ack: list[bytes | None] = []  # popped again after an ack: must stay empty
         self.history: dict[bytes, list[str]] = {}  # what happened to each job, for failures
         # Since when every pop came back empty and without error (None: the last one did not).
         self.empty_since: float | None = None
+        self._unanswered: list[PoppedMessage] = []  # popped, their ack call failed: sent again
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -143,7 +146,8 @@ class PopLoad:
         is idle (every partition of the topic reported with lag 0, none in flight)."""
         missing = self.jobs - set(self.acked)
         if missing:
-            return f"{len(missing)} jobs not acked, e.g. {sorted(missing)[:3]}"
+            told = {v: self.history.get(v, ["never popped"]) for v in sorted(missing)[:3]}
+            return f"{len(missing)} jobs not acked, e.g. {told} (group {self.group})"
         try:
             with KpdClient(self.url) as kpd:
                 stats = kpd.group(self.group)["topics"].get(self.topic, {"partitions": {}})
@@ -167,6 +171,8 @@ class PopLoad:
             client.__exit__()
 
     def _pop_and_ack(self, kpd: KpdClient) -> None:
+        if self._unanswered:
+            self._ack(kpd, self._unanswered)
         sent = time.monotonic()
         popped = kpd.pop(self.group, self.topic, max_messages=20, wait_ms=500)
         if not popped:  # nothing to ack (an empty ack is refused)
@@ -179,11 +185,21 @@ class PopLoad:
         for m in popped:
             where = f"{m.topic}/{m.partition}@{m.offset}"
             self._tell(m.value, f"popped {where} #{m.delivery_count}")
+        self._ack(kpd, popped)
+
+    def _ack(self, kpd: KpdClient, popped: list[PoppedMessage]) -> None:
+        """Ack what was popped; a call that fails is sent again first thing next time, as a
+        worker would (its ack may have committed with the answer lost: `already_acked` then)."""
+        self._unanswered = popped
         results = kpd.ack(self.group, [m.receipt for m in popped])
+        self._unanswered = []
         for message, result in zip(popped, results, strict=True):
             self._tell(message.value, f"ack: {result['status']}")
-            if result["status"] in ("acked", "acked_late"):
-                self.acked[message.value or b""] += 1
+            value = message.value or b""
+            if result["status"] in ("acked", "acked_late") or (
+                result["status"] == "already_acked" and not self.acked[value]
+            ):
+                self.acked[value] += 1
 
     def _tell(self, value: bytes | None, event: str) -> None:
         self.history.setdefault(value or b"", []).append(f"{time.time():.3f} {event}")

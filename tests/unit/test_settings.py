@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from foundation import config
 from foundation.config import SettingsError, load_settings
 
 
@@ -45,6 +47,22 @@ def test_retry_and_dlq_names_follow_the_state_topic_prefix(
     assert s.group("orders").dlq_topic == "team-a.kpd.dlq.orders"
     assert s.group("named").retry_topic == "team-a.kpd.retry.named"
     assert s.group("named").dlq_topic == "billing-dead"  # an explicit name is kept as given
+
+
+def test_a_group_s_settings_are_resolved_once_and_the_resolved_ones_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(config, "MAX_RESOLVED_GROUPS", 3)
+    s = load_settings()
+    orders = s.group("orders")
+    assert s.group("orders") is orders  # asked per request and per copy: no copy each time
+    assert s.for_worker(1).group("orders").retry_topic == "kpd.retry.orders"
+    with pytest.raises(ValidationError):
+        orders.max_deliveries = 1  # shared by every caller: nobody may change it
+    for name in ("a", "b", "c"):  # group names come from URLs: the fourth empties the cache
+        s.group(name)
+    again = s.group("orders")
+    assert again is not orders and again == orders
 
 
 def test_environment_overrides_toml(monkeypatch: pytest.MonkeyPatch, clean_env: Path) -> None:
