@@ -295,7 +295,7 @@ class Sidecar:
         assert clock is not None  # roles start once the clock is measured
         deps = DelayDeps(
             self.settings, self.store, self.schedules, self.client_config, self.producer_config,
-            frozenset(kpd_topic_names(self.settings)), lambda: clock.margin_ms, self._ingest_turns,
+            self._owned_topics, lambda: clock.margin_ms, self._ingest_turns,
         )  # fmt: skip
         return DelayLeader(deps, shard, health, self._refused.setdefault(shard, {}))
 
