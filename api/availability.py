@@ -40,6 +40,11 @@ class Availability:
         """Does any long poll wait for records now? (read from the pop services' threads)"""
         return bool(self._waiters)
 
+    def awaited_keys(self) -> tuple[Key, ...]:
+        """The (group, topic)s long polls wait for now (read from another thread: one C-level
+        copy under the GIL)."""
+        return tuple(self._waiters)
+
     def _wake(self, key: Key) -> None:
         for event in self._waiters.get(key, ()):
             event.set()

@@ -96,6 +96,11 @@ class GroupFetcher:
         self.assignment.extend(start)
         self.topics.update(new)
 
+    def partitions_of(self, topic: str) -> list[tuple[str, int]]:
+        """The partitions this shard reads for pops of `topic`: its own and the retry topic's."""
+        wanted = (topic, self.retry_topic)
+        return [(tp.topic, tp.partition) for tp in list(self.assignment) if tp.topic in wanted]
+
     def fetch(self) -> set[str]:
         """Move what the consumer has prefetched into lanes; never blocks. Returns the origin
         topics that got records (a pop of one of them may find something now)."""

@@ -31,6 +31,10 @@ FORWARDED = Counter(
     "leases, reject, stats)",
     ["call"],
 )
+ARRIVAL_WAKES = Counter(
+    "kpd_pop_arrival_wakes_total",
+    "Pop services woken at once because records arrived for a parked long poll",
+)
 PARKED = Gauge(
     "kpd_pop_parked", "Pop calls waiting for messages (long polls)", multiprocess_mode="livesum"
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +60,10 @@ log = structlog.get_logger(__name__)
 # (BENCHMARKS.md, 2026-11-25 21:00); 20 times a second, some 0.01 (2026-11-26 10:45).
 IDLE_WAIT_S = 0.005
 QUIET_WAIT_S = 0.25
+# Once `revive.arrivals` saw records come for a long poll, the thread looks this often for a
+# moment: the fetcher's own copy of them may come a little after the watch's.
+ARRIVAL_WAIT_S = 0.0005
+ARRIVAL_LOOK_S = 0.01
 # What the leader holds of the records it handed out, for nacks and expiries to copy without
 # reading them back (`revive.held_records`): some 50k leases of 300-byte records per shard.
 HELD_RECORD_BYTES = 16 * 1024 * 1024
@@ -109,6 +113,7 @@ class PopService:
         self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
         self._floors_sent: dict[int, int] = {}
         self._next_expiry_ms: int | None = None  # when the next lease may end
+        self._look_often_until = 0.0  # monotonic; see `arrived`
         # The fetchers of the groups the replayed ledgers name, made off this thread.
         self._resumer: GroupResumer[GroupFetcher] = GroupResumer(RESUME_THREADS)
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
@@ -131,6 +136,21 @@ class PopService:
     def wake(self) -> None:
         """A long poll starts waiting: look for records at once, and often from now on."""
         self._queue.put(WAKE)
+
+    def arrived(self) -> None:
+        """Records came for a parked long poll (`revive.arrivals`): look now, then often for a
+        moment."""
+        self._look_often_until = time.monotonic() + ARRIVAL_LOOK_S
+        self._queue.put(WAKE)
+
+    def watched(self, awaited: Iterable[tuple[str, str]]) -> list[tuple[str, int]]:
+        """The partitions this shard reads for the awaited (group, topic)s (from any thread)."""
+        found: list[tuple[str, int]] = []
+        for group, topic in awaited:
+            fetcher = self._fetchers.get(group)
+            if fetcher is not None and topic in fetcher.topics:
+                found += fetcher.partitions_of(topic)
+        return found
 
     def knows(self, group: str, topic: str) -> bool:
         """Has this shard been asked for (group, topic), so that it reads its lanes?"""
@@ -287,13 +307,18 @@ class PopService:
     def _drain(self, block: bool = True) -> list[tuple[Request, Future[Any]]]:
         items = []
         try:
-            wait = (IDLE_WAIT_S if self._deps.awaited() else self._quiet_wait_s()) if block else 0
+            wait = self._wait_s() if block else 0
             items.append(self._queue.get(timeout=wait) if wait else self._queue.get_nowait())
             while True:
                 items.append(self._queue.get_nowait())
         except queue.Empty:
             pass
         return [item for item in items if item is not WAKE]
+
+    def _wait_s(self) -> float:
+        if time.monotonic() < self._look_often_until:
+            return ARRIVAL_WAIT_S
+        return IDLE_WAIT_S if self._deps.awaited() else self._quiet_wait_s()
 
     def _quiet_wait_s(self) -> float:
         """Until the next lease ends (it is revived then: available again at once), at most

@@ -197,6 +197,10 @@ class Conductor:
         """Have all roles of this led shard finished starting?"""
         return all(s.role is not None for s in self._led.get(shard, {}).values())
 
+    def pop_services(self) -> list[PopService]:
+        """The started pop services of the shards led here."""
+        return [s for s in map(self.pop_service, list(self._led)) if s is not None]
+
     def pop_service(self, shard: int) -> PopService | None:
         supervisor = self._led.get(shard, {}).get("pop")
         role = supervisor.role if supervisor is not None else None

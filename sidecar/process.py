@@ -37,6 +37,7 @@ from foundation.state_follower import OFFSETS_CF, StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth, Watchdog
 from foundation.topics import TopicCache
+from revive.arrivals import ArrivalWatch
 from revive.pop_follower import PopFollower
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
@@ -99,6 +100,7 @@ class Sidecar:
         self.broker_clock: BrokerClock | None = None
         self._conductor: Conductor | None = None
         self._pop_follower = PopFollower(self.shard_map)
+        self._arrivals: ArrivalWatch | None = None
         self._topics_ready = False
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._conduct, name="conductor", daemon=True)
@@ -208,7 +210,7 @@ class Sidecar:
             # Their new owners read them before they fence the roles here.
             self._conductor.leave(HANDOVER_ON_STOP_S, self._others_in_group)
             self._conductor.stop()
-            for helper in (self._owners, self._successor, self.broker_clock):
+            for helper in (self._owners, self._successor, self.broker_clock, self._arrivals):
                 if helper is not None:
                     helper.stop()
 
@@ -239,6 +241,11 @@ class Sidecar:
         self._owners.start()
         if self._successor is not None:
             self._successor.start()
+        self._arrivals = ArrivalWatch(
+            self.client_config, self._conductor.pop_services, self.availability.awaited_keys,
+            s.kafka_timeout_ms / 1000,
+        )  # fmt: skip
+        self._arrivals.start()
 
     def _others_in_group(self) -> bool:
         """Are other members in the group, as last seen (refreshed every second)?"""
