@@ -330,6 +330,9 @@ class PopService:
     def _fetch(self) -> None:
         for group, fetcher in self._fetchers.items():
             for topic in fetcher.fetch():
+                # The fetcher has what the watch saw come, most likely: looking every 0.5 ms for
+                # the rest of the moment would cost a step each, for every arrival of a trickle.
+                self._look_often_until = 0.0
                 self._deps.on_available(group, topic)
 
     # -- pop -------------------------------------------------------------------------------
