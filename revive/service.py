@@ -329,11 +329,14 @@ class PopService:
 
     def _fetch(self) -> None:
         for group, fetcher in self._fetchers.items():
-            for topic in fetcher.fetch():
-                # The fetcher has what the watch saw come, most likely: looking every 0.5 ms for
-                # the rest of the moment would cost a step each, for every arrival of a trickle.
-                self._look_often_until = 0.0
-                self._deps.on_available(group, topic)
+            self._fetch_group(group, fetcher)
+
+    def _fetch_group(self, group: str, fetcher: GroupFetcher) -> None:
+        for topic in fetcher.fetch():
+            # The fetcher has what the watch saw come, most likely: looking every 0.5 ms for the
+            # rest of the moment would cost a step each, for every arrival of a trickle.
+            self._look_often_until = 0.0
+            self._deps.on_available(group, topic)
 
     # -- pop -------------------------------------------------------------------------------
 
@@ -373,8 +376,7 @@ class PopService:
     def _pop(self, request: PopRequest, future: Future[Any], step: PopStep) -> None:
         try:  # nothing is leased yet: a failure here concerns this request only
             fetcher = self._fetcher(request.group, request.topic)
-            for topic in fetcher.fetch():
-                self._deps.on_available(request.group, topic)
+            self._fetch_group(request.group, fetcher)
         except Exception as error:
             future.set_exception(error)
             return
