@@ -53,6 +53,7 @@ from delay import (  # noqa: E402
 )
 
 from bench import broker_jit  # noqa: E402
+from bench.cpu_cap import CpuCaps  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import (  # noqa: E402
     SidecarProcess,
@@ -174,7 +175,13 @@ def _idle(sidecar: Sidecar, broker: int) -> tuple[list[float], float]:
 
 
 def one_run(
-    bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path, **settings: str
+    bootstrap: str,
+    admin: AdminClient,
+    workers: int,
+    n: int,
+    home: Path,
+    worker_cpu: float,
+    **settings: str,
 ) -> dict:
     namespace = f"bench-scale-{uuid.uuid4().hex[:6]}"
     sidecar = Sidecar(
@@ -184,7 +191,11 @@ def one_run(
     broker = broker_pid()
     log = sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
     result: dict = {"workers": workers}
+    caps = CpuCaps(worker_cpu)
     try:
+        if worker_cpu:
+            for pid in sidecar.worker_pids():
+                caps.cap(pid)
         # The fixed cost of a fresh sidecar: every shard led and followed, nothing to do.
         time.sleep(SETTLE_S)
         result["idle_fresh"], result["idle_fresh_broker"] = _idle(sidecar, broker)
@@ -243,8 +254,10 @@ def one_run(
         result["pop_calls"] = {call: answered[call] * 1000 / acked for call in ("pop", "ack")}
         # The fixed cost again, once a group is read.
         result["idle"], result["idle_broker"] = _idle(sidecar, broker)
+        result["throttled_s"] = caps.throttled_s()
     finally:
         sidecar.stop()
+        caps.release()
     return result
 
 
@@ -407,7 +420,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     base: dict = {}
     for workers in args.workers:
         jit = broker_jit.CompilerMeter(broker)
-        r = one_run(bootstrap, admin, workers, args.n, home, **args.setting)
+        r = one_run(bootstrap, admin, workers, args.n, home, args.worker_cpu, **args.setting)
         base = base or r
         at = time.strftime("%H:%M:%S", time.gmtime())
         load = os.getloadavg()[0]
@@ -416,6 +429,12 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
             f"settings {args.setting}; {jit.text()}",
             flush=True,
         )
+        if args.worker_cpu:
+            print(
+                f"  each worker capped at {args.worker_cpu} cores: held back "
+                f"{r['throttled_s']:.1f} s in all by its cap",
+                flush=True,
+            )
         for name in ("ingest", "burst", "pop"):
             print(
                 f"{name:7s} {r[name]:>10,.0f}/s  x{r[name] / base[name]:.2f} of 1 worker  "
@@ -474,6 +493,14 @@ def main() -> int:
     parser.add_argument("--pop-state", type=_numbers, default=[10_000, 1_000_000])
     parser.add_argument("--takeover-groups", type=_numbers, default=[1, 100])
     broker_jit.add_argument(parser)
+    parser.add_argument(
+        "--worker-cpu",
+        type=float,
+        default=0.0,
+        metavar="CORES",
+        help="cap each worker process at this many cores (a cgroup each; root): what a worker "
+        "adds where the machine has CPU left for it (bench/cpu_cap.py)",
+    )
     parser.add_argument(
         "--set",
         dest="setting",

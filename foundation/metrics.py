@@ -22,6 +22,17 @@ LOOP_STALLED = Gauge(
     ["role", "shard"],
     multiprocess_mode="livemax",
 )
+# Early takeover (`sidecar.successor`), by why the watched member was taken for gone: `refused`
+# (nothing listens at its address) or `silent` (no answer for a while); and its false alarms.
+EARLY_TAKEOVERS = Counter(
+    "kpd_early_takeovers_total",
+    "Takeovers of a watched sidecar's shards before its group session ended, by cause",
+    ["cause"],
+)
+EARLY_TAKEOVER_FALSE_ALARMS = Counter(
+    "kpd_early_takeover_false_alarms_total",
+    "Sidecars taken over on silence that answered again (alive after all)",
+)
 SHARD_STANDBY = Gauge(
     "kpd_shard_standby",
     "1 for each shard whose pop state this sidecar keeps hot, to take it over next",

@@ -2,20 +2,33 @@
 
 The group coordinator reassigns a crashed member's shards only after its session timeout (6 s at
 least on a stock broker). Meanwhile each member watches one other: its predecessor in the ring of
-members (ordered by member id). It probes the predecessor's HTTP health a few times a second;
-when the probes fail `FAILURES` times in a row it starts the predecessor's shards itself. Their
-roles' `init_transactions` fence the predecessor's transactional ids, so a paused predecessor
-that wakes up can never write again: never two writers, never a duplicate. Once the group has
-reassigned the shards (to this member or another, which then fences it in turn), or the
-predecessor answers again, the early takeover ends and the group's word holds (the delay roles
-hand over: they deliver until the shards' new owner fences them, `sidecar.conductor`).
+members (ordered by member id). It probes the predecessor's HTTP health a few times a second and
+starts the predecessor's shards itself once it takes it for gone (`Silence`). Their roles'
+`init_transactions` fence the predecessor's transactional ids, so a paused predecessor that wakes
+up can never write again: never two writers, never a duplicate. Once the group has reassigned the
+shards (to this member or another, which then fences it in turn), or the predecessor answers
+again, the early takeover ends and the group's word holds (the delay roles hand over: they
+deliver until the shards' new owner fences them, `sidecar.conductor`).
+
+Taking over a live member is not free: each of its roles is fenced and restarts, then fences the
+taker in turn. With each worker capped at a quarter of a core, a worker busy with a burst missed
+its probes for a second every few seconds; its successor took its shards, gave them back, took
+them again, and the burst drained at 0.67x one worker's rate (BENCHMARKS.md, 2026-11-27 20:52).
+So refused connections, which say that nothing listens (killed, crashed, restarting), count at
+once, while mere silence (paused, cut off, or starved of CPU) must last longer, and longer again
+each time the member turned out to be alive.
 """
 
 from __future__ import annotations
 
+import enum
+import time
+from collections.abc import Callable
+
 import httpx
 import structlog
 
+from foundation.metrics import EARLY_TAKEOVER_FALSE_ALARMS, EARLY_TAKEOVERS
 from foundation.periodic import PeriodicThread
 from sidecar.owners import Owners
 
@@ -23,15 +36,56 @@ log = structlog.get_logger(__name__)
 
 PROBE_EVERY_S = 0.25
 PROBE_TIMEOUT_S = 0.5
-FAILURES = 3  # about a second of silence
+REFUSED_IN_A_ROW = 3  # connections refused for about a second: nothing listens there
+SILENT_S = 3.0  # no answer this long: gone, or too slow to own shards (within the 6 s session)
+SILENT_MAX_S = 48.0  # the most silence allowed a member that turned out alive again and again
+
+
+class Probe(enum.Enum):
+    ANSWERED = "answered"
+    REFUSED = "refused"  # nothing listens at the address
+    SILENT = "silent"  # timed out, or answered other than healthy
+
+
+class Silence:
+    """What one watched member's recent probes say: is it gone?
+
+    Gone after `REFUSED_IN_A_ROW` refused connections in a row, or after `allowed_s` without an
+    answer. A member taken for gone on silence that answers again was alive: a false alarm, and
+    the silence it is allowed doubles, up to `SILENT_MAX_S`."""
+
+    def __init__(self) -> None:
+        self.allowed_s = SILENT_S
+        self.gone: Probe | None = None  # why it was taken for gone: REFUSED or SILENT
+        self._refused = 0
+        self._silent_since: float | None = None
+
+    def heard(self, probe: Probe, now: float) -> bool:
+        """Record a probe's outcome at `now`; True for a false alarm."""
+        if probe is Probe.ANSWERED:
+            false_alarm = self.gone is Probe.SILENT
+            if false_alarm:
+                self.allowed_s = min(2 * self.allowed_s, SILENT_MAX_S)
+            self.gone, self._refused, self._silent_since = None, 0, None
+            return false_alarm
+        if self._silent_since is None:
+            self._silent_since = now
+        self._refused = self._refused + 1 if probe is Probe.REFUSED else 0
+        if self.gone is None and self._refused >= REFUSED_IN_A_ROW:
+            self.gone = Probe.REFUSED
+        elif self.gone is None and now - self._silent_since >= self.allowed_s:
+            self.gone = Probe.SILENT
+        return False
 
 
 class Successor(PeriodicThread):
-    def __init__(self, owners: Owners, url: str) -> None:
+    def __init__(
+        self, owners: Owners, url: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__("successor", PROBE_EVERY_S)
-        self._owners, self._url = owners, url
+        self._owners, self._url, self._clock = owners, url, clock
         self.shards: frozenset[int] = frozenset()  # taken over early, not (yet) assigned here
-        self._failures: dict[str, int] = {}
+        self._silences: dict[str, Silence] = {}
         self._http = httpx.Client(timeout=PROBE_TIMEOUT_S)
 
     def stop(self) -> None:
@@ -44,12 +98,25 @@ class Successor(PeriodicThread):
             self.shards = frozenset()
             return
         url, shards = watched
-        failures = 0 if _answers(self._http, url) else self._failures.get(url, 0) + 1
-        self._failures = {url: failures}
-        taken = shards if failures >= FAILURES else frozenset()
-        if taken and taken != self.shards:
-            log.warning("taking over a silent sidecar's shards", sidecar=url, shards=sorted(taken))
-        self.shards = taken
+        silence = self._silences.get(url) or Silence()
+        self._silences = {url: silence}  # a new predecessor starts with a clean record
+        if silence.heard(_probe(self._http, url), self._clock()):
+            EARLY_TAKEOVER_FALSE_ALARMS.inc()
+            log.warning(
+                "the sidecar taken over on silence answers again: it was alive; it may be "
+                "silent longer before the next takeover",
+                sidecar=url,
+                allowed_s=silence.allowed_s,
+            )
+        if silence.gone is None:
+            self.shards = frozenset()
+            return
+        if shards != self.shards:
+            cause = silence.gone.value
+            EARLY_TAKEOVERS.labels(cause=cause).inc()
+            log.warning("taking over a silent sidecar's shards", sidecar=url, shards=sorted(shards),
+                        cause=cause)  # fmt: skip
+        self.shards = shards
 
     def _predecessor(self) -> tuple[str, frozenset[int]] | None:
         """The member this one watches, with the shards the group gives it."""
@@ -57,8 +124,11 @@ class Successor(PeriodicThread):
         return (watched.url, watched.shards) if watched is not None and watched.shards else None
 
 
-def _answers(http: httpx.Client, url: str) -> bool:
+def _probe(http: httpx.Client, url: str) -> Probe:
     try:
-        return http.get(f"{url}/healthz").status_code == 200
+        answer = http.get(f"{url}/healthz")
+    except httpx.ConnectError:  # refused (a connect that times out is a ConnectTimeout: silent)
+        return Probe.REFUSED
     except httpx.HTTPError:
-        return False
+        return Probe.SILENT
+    return Probe.ANSWERED if answer.status_code == 200 else Probe.SILENT

@@ -1,0 +1,67 @@
+"""Early takeover tells a dead sidecar from a slow one (`sidecar.successor`), real broker, two
+real `kpd run` sidecars: a short pause keeps a sidecar's shards, a long one loses them, a sidecar
+that lost them on silence and answered again may stay silent longer next time, and a killed one
+is taken over on the refused connections at once."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from kafka_helpers import led_shards, metric_values, wait_for
+
+from sidecar.successor import SILENT_S
+
+pytestmark = pytest.mark.timeout(300)
+SHORT_PAUSE_S = SILENT_S - 0.6  # a probe that times out takes 0.5 s: silence seen is shorter
+
+
+def counters(sidecar) -> tuple[float, float, float]:
+    """(takeovers on silence, on refusals, false alarms) counted by `sidecar`."""
+    with sidecar.client() as http:
+        values = metric_values(http)
+    return (
+        values.get("kpd_early_takeovers_total{cause=silent}", 0.0),
+        values.get("kpd_early_takeovers_total{cause=refused}", 0.0),
+        values.get("kpd_early_takeover_false_alarms_total", 0.0),
+    )
+
+
+def paused(sidecar, seconds: float) -> None:
+    sidecar.signal(signal.SIGSTOP)
+    time.sleep(seconds)  # the pause itself is what is tested: nothing to wait for
+    sidecar.signal(signal.SIGCONT)
+
+
+def test_silence_is_allowed_longer_than_refusals_and_longer_after_a_false_alarm(sidecar_factory):
+    a, b = (sidecar_factory(n, shards="2").start() for n in "ab")
+    wait_for(lambda: led_shards(a) and led_shards(b), 60, "a and b lead a shard each")
+    a_own, b_own = led_shards(a), led_shards(b)
+
+    # Shorter than the silence allowed (a second of silence took the shards before).
+    paused(b, SHORT_PAUSE_S)
+    wait_for(lambda: led_shards(b) == b_own, 30, "b answers again")
+    assert counters(a) == (0, 0, 0)
+
+    # Longer: a takes b's shards while b is paused.
+    b.signal(signal.SIGSTOP)
+    wait_for(lambda: counters(a)[0] == 1, SILENT_S + 2.5, "a takes b's shards on silence")
+    assert led_shards(a) == a_own | b_own
+    b.signal(signal.SIGCONT)
+    wait_for(lambda: counters(a)[2] == 1, 30, "a counts b's return as a false alarm")
+    wait_for(lambda: led_shards(a) == a_own and led_shards(b) == b_own, 60, "b leads its own")
+
+    # The same pause again is now within b's allowance.
+    paused(b, SILENT_S + 1.5)
+    wait_for(lambda: led_shards(b) == b_own, 30, "b answers again")
+    assert counters(a) == (1, 0, 1)
+
+    # Killed: nothing listens, and a takes b's shards within about a second.
+    b.terminate(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: counters(a)[1] == 1, 10, "a takes b's shards on refusals")
+    taken_s = time.monotonic() - killed
+    assert counters(a) == (1, 1, 1)
+    assert taken_s < SILENT_S  # not the silence's allowance (now twice SILENT_S)
+    wait_for(lambda: led_shards(a) == a_own | b_own, 30, "a leads every shard")
