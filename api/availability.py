@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +28,8 @@ class Availability:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: dict[Key, set[asyncio.Event]] = {}
+        # Set whenever a poll parks: the arrival watch sleeps on it while no poll waits.
+        self.parked = threading.Event()
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -54,6 +57,7 @@ class Availability:
         """An event set when records arrive for (group, topic) while the caller waits."""
         key, event = (group, topic), asyncio.Event()
         self._waiters.setdefault(key, set()).add(event)
+        self.parked.set()
         metrics.PARKED.inc()
         try:
             yield event

@@ -18,6 +18,7 @@ The watch only speeds things up: if it stops, the services' own looks still find
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Protocol
@@ -35,8 +36,10 @@ log = structlog.get_logger(__name__)
 Key = tuple[str, str]  # (group, topic) a long poll waits for
 Partition = tuple[str, int]
 # How long one round waits for records: also how soon a newly parked poll's partitions are
-# watched. 50 rounds a second of a few microseconds each while nothing comes.
+# watched while others are. With none watched, the watch sleeps until a poll parks (50 rounds a
+# second cost an idle worker 0.007-0.009 of a core: BENCHMARKS.md, 2026-11-27 20:47).
 ROUND_S = 0.02
+IDLE_WAIT_S = 5.0  # and looks anyway this often (a bound: no wake waits for it)
 # A partition no poll waits for any more stays assigned this long: a worker popping in a loop
 # parks again soon, and each new assignment costs the broker a look-up of the partition's end.
 KEEP_S = 5.0
@@ -57,6 +60,7 @@ class ArrivalWatch(PeriodicThread):
         client_config: dict[str, Any],
         services: Callable[[], Iterable[Watched]],  # the pop services this worker runs
         awaited: Callable[[], Collection[Key]],  # the (group, topic)s long polls wait for
+        parked: threading.Event,  # set whenever a long poll parks
         timeout_s: float,
     ) -> None:
         # Rounds follow each other at once: a round waits in its consume, and one that read
@@ -66,6 +70,7 @@ class ArrivalWatch(PeriodicThread):
             client_config, "kpd-arrival-watch", **{"fetch.wait.max.ms": HELD_FETCH_MS}
         )  # assign() only, never commits
         self._services, self._awaited, self._timeout_s = services, awaited, timeout_s
+        self._parked = parked
         self._assigned: dict[Partition, float] = {}  # when a poll last waited for each
         self._known_topics: set[str] = set()
 
@@ -77,6 +82,8 @@ class ArrivalWatch(PeriodicThread):
             self._stop.wait(FAILED_WAIT_S)
 
     def stop(self) -> None:
+        self._stop.set()
+        self._parked.set()  # end an idle wait
         super().stop()
         if self._thread.is_alive():
             return  # still in a bounded call: closing under it could crash; the process ends
@@ -85,10 +92,11 @@ class ArrivalWatch(PeriodicThread):
             call_within(self._timeout_s, "close", self._consumer.close)
 
     def _round(self) -> None:
+        self._parked.clear()  # a poll parking from here on ends the idle wait below
         wanted = self._wanted()
         self._assign(wanted.keys())
         if not self._assigned:
-            self._stop.wait(ROUND_S)
+            self._parked.wait(IDLE_WAIT_S)
             return
         woken: set[Watched] = set()
         for message in consume_ready(self._consumer, 500, ROUND_S):

@@ -243,7 +243,7 @@ class Sidecar:
             self._successor.start()
         self._arrivals = ArrivalWatch(
             self.client_config, self._conductor.pop_services, self.availability.awaited_keys,
-            s.kafka_timeout_ms / 1000,
+            self.availability.parked, s.kafka_timeout_ms / 1000,
         )  # fmt: skip
         self._arrivals.start()
 

@@ -3,13 +3,15 @@ the pop service that fetches its partition, and no other."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Iterable
 
 from confluent_kafka import Producer
 from kafka_helpers import wait_for
 
-from revive.arrivals import ArrivalWatch
+from revive.arrivals import IDLE_WAIT_S, ArrivalWatch
 
 Key = tuple[str, str]
 
@@ -49,9 +51,8 @@ def test_a_record_wakes_the_service_that_fetches_its_partition_and_no_other(
     topic = new_topic("arrive", partitions=3)
     first, second = Service(("g1", topic), (topic, 0)), Service(("g2", topic), (topic, 1))
     awaited: set[Key] = {first.key, second.key}
-    watch = ArrivalWatch(
-        {"bootstrap.servers": kafka_bootstrap}, lambda: [first, second], lambda: tuple(awaited), 10
-    )
+    watch = ArrivalWatch({"bootstrap.servers": kafka_bootstrap}, lambda: [first, second],
+                         lambda: tuple(awaited), threading.Event(), 10)  # fmt: skip
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
     watch.start()
     try:
@@ -76,3 +77,35 @@ def test_a_record_wakes_the_service_that_fetches_its_partition_and_no_other(
         assert first.woken == settled
     finally:
         watch.stop()
+
+
+def test_an_idle_watch_sleeps_until_a_poll_parks(kafka_bootstrap, new_topic):
+    """With no poll waiting the watch sleeps (up to `IDLE_WAIT_S`), and a poll that parks wakes
+    it at once: its partition is watched long before that bound."""
+    topic = new_topic("idle", partitions=1)
+    service = Service(("g", topic), (topic, 0))
+    awaited: set[Key] = set()
+    parked = threading.Event()
+    watch = ArrivalWatch({"bootstrap.servers": kafka_bootstrap}, lambda: [service],
+                         lambda: tuple(awaited), parked, 10)  # fmt: skip
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
+    watch.start()
+    try:
+        wait_for(lambda: watch_is_idle(watch), 10, "the watch sleeps: no poll waits")
+        awaited.add(service.key)  # as `Availability.waiting` does: the key, then the event
+        parked.set()
+        started = time.monotonic()
+        produce_until(producer, topic, 0, service, 1)
+        assert time.monotonic() - started < IDLE_WAIT_S / 2
+    finally:
+        watch.stop()
+
+
+def watch_is_idle(watch: ArrivalWatch) -> bool:
+    """The watch's thread sleeps in its round (an event's wait called by `_round`)."""
+    frame = sys._current_frames().get(watch._thread.ident or 0)
+    while frame is not None and frame.f_back is not None:
+        if frame.f_code.co_name == "wait" and frame.f_back.f_code.co_name == "_round":
+            return True
+        frame = frame.f_back
+    return False
