@@ -3,9 +3,11 @@ listens, only after a longer silence when it may be alive, and longer again afte
 
 from __future__ import annotations
 
-from sidecar.successor import REFUSED_IN_A_ROW, SILENT_MAX_S, SILENT_S, Probe, Silence
+import socket
 
-R, S, A = Probe.REFUSED, Probe.SILENT, Probe.ANSWERED
+from sidecar.successor import REFUSED_IN_A_ROW, SILENT_MAX_S, SILENT_S, Probe, Silence, tcp_probe
+
+R, S, A, L = Probe.REFUSED, Probe.SILENT, Probe.ANSWERED, Probe.LISTENING
 
 
 def gone_after(probes: list[tuple[Probe, float]], silence: Silence | None = None) -> Probe | None:
@@ -64,3 +66,19 @@ def test_the_allowed_silence_stops_growing_at_its_bound():
         silence.heard(A, now + silence.allowed_s)
         now += 100.0
     assert silence.allowed_s == SILENT_MAX_S
+
+
+def test_an_accepted_connect_breaks_a_run_of_refusals_and_nothing_else():
+    assert gone_after([(R, 0.0), (R, 0.25), (L, 0.5), (R, 0.75)]) is None
+    assert gone_after([(L, 0.0), (L, 5.0), (L, 50.0)]) is None  # never silent by itself
+    # nor does it end a silence: a paused process's kernel still accepts connections
+    assert gone_after([(S, 0.0), (L, 1.0), (L, SILENT_S)]) is S
+
+
+def test_a_connect_tells_a_listening_port_from_a_refused_one():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        assert tcp_probe(url) is Probe.LISTENING
+    assert tcp_probe(url) is Probe.REFUSED
