@@ -2,13 +2,13 @@
 
 The group coordinator reassigns a crashed member's shards only after its session timeout (6 s at
 least on a stock broker). Meanwhile each member watches one other: its predecessor in the ring of
-members (ordered by member id). It probes the predecessor's HTTP health a few times a second and
-starts the predecessor's shards itself once it takes it for gone (`Silence`). Their roles'
-`init_transactions` fence the predecessor's transactional ids, so a paused predecessor that wakes
-up can never write again: never two writers, never a duplicate. Once the group has reassigned the
-shards (to this member or another, which then fences it in turn), or the predecessor answers
-again, the early takeover ends and the group's word holds (the delay roles hand over: they
-deliver until the shards' new owner fences them, `sidecar.conductor`).
+members (ordered by member id). It probes the predecessor 4 times a second (a TCP connect, or a
+health call) and starts the predecessor's shards itself once it takes it for gone (`Silence`).
+Their roles' `init_transactions` fence the predecessor's transactional ids, so a paused
+predecessor that wakes up can never write again: never two writers, never a duplicate. Once the
+group has reassigned the shards (to this member or another, which then fences it in turn), or the
+predecessor answers again, the early takeover ends and the group's word holds (the delay roles
+hand over: they deliver until the shards' new owner fences them, `sidecar.conductor`).
 
 Taking over a live member is not free: each of its roles is fenced and restarts, then fences the
 taker in turn. With each worker capped at a quarter of a core, a worker busy with a burst missed
@@ -24,7 +24,6 @@ from __future__ import annotations
 import enum
 import socket
 import time
-from collections.abc import Callable
 
 import httpx
 import structlog
@@ -92,11 +91,9 @@ class Silence:
 
 
 class Successor(PeriodicThread):
-    def __init__(
-        self, owners: Owners, url: str, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, owners: Owners, url: str) -> None:
         super().__init__("successor", PROBE_EVERY_S)
-        self._owners, self._url, self._clock = owners, url, clock
+        self._owners, self._url = owners, url
         self.shards: frozenset[int] = frozenset()  # taken over early, not (yet) assigned here
         self._silences: dict[str, Silence] = {}
         self._health_at = 0.0  # when the last health call was made
@@ -114,7 +111,7 @@ class Successor(PeriodicThread):
         url, shards = watched
         silence = self._silences.get(url) or Silence()
         self._silences = {url: silence}  # a new predecessor starts with a clean record
-        if silence.heard(self._probe(url, silence), self._clock()):
+        if silence.heard(self._probe(url, silence), time.monotonic()):
             EARLY_TAKEOVER_FALSE_ALARMS.inc()
             log.warning(
                 "the sidecar taken over on silence answers again: it was alive; it may be "
@@ -133,7 +130,7 @@ class Successor(PeriodicThread):
         self.shards = shards
 
     def _probe(self, url: str, silence: Silence) -> Probe:
-        now = self._clock()
+        now = time.monotonic()
         if silence.silent or silence.gone is not None or now - self._health_at >= HEALTH_EVERY_S:
             self._health_at = now
             return health_probe(self._http, url)
