@@ -65,6 +65,9 @@ def test_shards_moving_to_a_sidecar_and_back_keep_delivering(
         # Not waiting for c to be ready: it joins the group with an empty index, still reading.
         c = sidecar_factory("c", shards=str(SHARDS)).start(ready=False)
         wait_for(lambda: len(shards_led(c)) == 1 == len(led_shards(a)), 60, "c takes a shard")
+        # c's role has read the shard and fenced a: stopped before that, it has nothing to hand
+        # over (a role still starting is stopped outright; README, Limits).
+        wait_for(lambda: pending(c) > 0, 120, "c delivers its shard")
         joined = len(delay.acknowledged)
         wait_for(lambda: len(delay.acknowledged) > joined + 150, 60, "load after the join")
         stopping = time.monotonic()
