@@ -52,7 +52,7 @@ def test_silence_is_allowed_longer_than_refusals_and_longer_after_a_false_alarm(
     wait_for(lambda: counters(a)[2] == 1, 30, "a counts b's return as a false alarm")
     wait_for(lambda: led_shards(a) == a_own and led_shards(b) == b_own, 60, "b leads its own")
 
-    # The same pause again is now within b's allowance.
+    # A 4.5 s pause, past the first allowance, is now within the doubled one.
     paused(b, SILENT_S + 1.5)
     wait_for(lambda: led_shards(b) == b_own, 30, "b answers again")
     assert counters(a) == (1, 0, 1)
