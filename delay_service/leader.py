@@ -47,7 +47,7 @@ from foundation.kafka_clients import transactional_producer
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.state_follower import StateFollower
 from foundation.store import Store
-from foundation.supervision import LoopHealth
+from foundation.supervision import LoopHealth, StopRequested
 from foundation.topics import TopicCache, message_limit_of
 from foundation.transactions import RecordsRefused, RefusalUnknown, Transaction
 
@@ -141,7 +141,9 @@ class DelayLeader:
         """Read the shard's schedules while its previous leader may still deliver them (it
         goes on until fenced, `sidecar.conductor`), fence it, read the rest it left, then take
         over the shard's buffer and inbox partitions. A member whose index did not follow the
-        shard thus reads most of it before the shard stops delivering, not after."""
+        shard thus reads most of it before the shard stops delivering, not after. Given away
+        before the fence (`hand_over` while starting), the start ends there; after it, the
+        start goes on, and the leader delivers until the next owner fences it in turn."""
         shards = self._index.shards
         follower = StateFollower(
             self._deps.client_config,
@@ -154,7 +156,8 @@ class DelayLeader:
         )
         try:
             follower.assign()
-            follower.approach(timeout_s=CATCH_UP_S, beat=self._health.beat_unless_stopping)
+            follower.approach(timeout_s=CATCH_UP_S, beat=self._beat_unless_released)
+            self._beat_unless_released()
             self._producers.init_transactions(self._timeout_s)
             follower.catch_up(timeout_s=CATCH_UP_S, beat=self._health.beat_unless_stopping)
         finally:
@@ -167,6 +170,13 @@ class DelayLeader:
         log.info(
             "delay leader started", shard=self.shard, pending=pending, in_wheel=len(self._wheel)
         )
+
+    def _beat_unless_released(self) -> None:
+        """A beat for the reading before the fence: the shard given away meanwhile (`hand_over`
+        came), the start ends there, as a stopped one would, without fencing anyone."""
+        self._health.beat_unless_stopping()
+        if self._handing_over:
+            raise StopRequested(self._health.name)
 
     def close(self) -> None:
         self._reader.close()

@@ -36,7 +36,8 @@ HEALTHY_AFTER_S = 30.0  # a role that ran this long without failing starts its b
 
 
 class StopRequested(Exception):
-    """A loop's long start gave up because its supervisor is stopping it."""
+    """A loop's long start gave up because its supervisor is stopping it (or released it before
+    it had taken anything over)."""
 
 
 class LoopHealth:
@@ -131,15 +132,20 @@ class Supervisor:
         self._released = threading.Event()
         self._thread = threading.Thread(target=self._run, name=health.name, daemon=True)
         self.role: Role | None = None  # the running instance, once started
+        self._starting: Role | None = None  # the instance made, started or not
 
     def start(self) -> None:
         self._thread.start()
 
     def release(self) -> bool:
-        """The shard is another member's now: let a started role that can hand over go on until
-        it fails (the new owner's fence), then end instead of restarting; False if the role
-        cannot (not started, or not a `HandsOver`), for the caller to stop it."""
-        role = self.role
+        """The shard is another member's now: let a role that can hand over go on until it fails
+        (the new owner's fence), then end instead of restarting; False if the role cannot (not
+        made yet, or not a `HandsOver`), for the caller to stop it. A role still starting is
+        released too, and learns it at once: one that has fenced the shard's previous writer
+        already finishes its start and delivers until fenced in turn; stopped instead, it left
+        the shard with no writer until the group gave it back and another start fenced it
+        (1.4 s in one CI run, BENCHMARKS.md, 2026-11-28 00:30)."""
+        role = self._starting
         if not isinstance(role, HandsOver):
             return False
         self._released.set()
@@ -176,6 +182,7 @@ class Supervisor:
             role: Role | None = None
             try:
                 role = self._make(health)
+                self._starting = role
                 role.start()
                 self.role = role
                 while not self._stop.is_set():
@@ -194,7 +201,7 @@ class Supervisor:
                 self._failed(error)
                 attempt += 1
             finally:
-                self.role = None
+                self.role = self._starting = None
                 if role is not None:
                     _close_quietly(role, health)
                 health.running = False

@@ -209,7 +209,8 @@ class Conductor:
     def freshness(self, shard: int) -> Freshness:
         """How well this worker's schedule index follows `shard` now. Current where a started
         delay role here writes it (led, or handed over and not fenced yet) or a caught-up
-        standby applies it; catching up while the role or standby that will keep it starts (the
+        standby applies it; catching up while the role or standby that will keep it starts, or a
+        role released while starting finishes its start (the
         API waits, as Karapace catches up before it acts); else elsewhere: the API asks the
         shard's owner. (Called from the API's thread: reads one reference at a time.)"""
         delay = self._led.get(shard, {}).get("delay")
@@ -217,7 +218,8 @@ class Conductor:
             return Freshness.CURRENT
         handing_over = self._handing_over.get(shard)
         if handing_over is not None and not handing_over[0].ended:
-            return Freshness.CURRENT
+            started = handing_over[0].role is not None
+            return Freshness.CURRENT if started else Freshness.CATCHING_UP
         standby = self._standby
         if standby is not None and shard in standby.keeps:
             caught_up = standby.supervisor.role is not None

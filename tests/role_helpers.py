@@ -35,3 +35,15 @@ class HandingRole(SteppingRole):
 
     def hand_over(self) -> None:
         self.handing_over = True
+
+
+class HeldRole(HandingRole):
+    """A role whose start (a delay leader reading its shard, a standby catching up) lasts until
+    the test lets it end."""
+
+    def __init__(self, name: str = "role", shard: int = 0) -> None:
+        super().__init__(name, shard)
+        self.may_start = threading.Event()
+
+    def start(self) -> None:
+        assert self.may_start.wait(5)
