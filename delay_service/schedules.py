@@ -247,10 +247,10 @@ class ScheduleIndex:
         A leader writes `delivered` only over the `scheduled` record it delivered, with that
         record's due time, so the id's due entry tells it: there, the id is pending at that time
         (a stand-in says just that); absent, the index has nothing of the id (compaction took the
-        `scheduled` record before this index read it). A due key reads in 1.0 us against 5.1 for
-        the stored record with its payload, decoded: a standby's work per delivered record went
-        from 7.2 to 5.8 us (BENCHMARKS.md, 2026-11-28 00:05). A cancel may follow an earlier
-        cancel of its id (one that came ahead of the schedule), so its id's record is read.
+        `scheduled` record before this index read it). A due key has no payload to read and
+        decode: a standby's work per delivered record fell to 0.71-0.84x (BENCHMARKS.md,
+        2026-11-27 23:46). A cancel may follow an earlier cancel of its id (one that came ahead
+        of the schedule), so its id's record is read whole.
         """
         cancelled = list({r.schedule_id for r in records if r.state is State.CANCELLED})
         found: dict[str, Schedule | None] = dict(

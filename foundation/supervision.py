@@ -144,7 +144,7 @@ class Supervisor:
         released too, and learns it at once: one that has fenced the shard's previous writer
         already finishes its start and delivers until fenced in turn; stopped instead, it left
         the shard with no writer until the group gave it back and another start fenced it
-        (1.4 s in one CI run, BENCHMARKS.md, 2026-11-28 00:30)."""
+        (1.4 s in one CI run; BENCHMARKS.md, 2026-11-27 23:46)."""
         role = self._starting
         if not isinstance(role, HandsOver):
             return False

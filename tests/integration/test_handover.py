@@ -51,14 +51,20 @@ def produce_backlog(bootstrap: str, buffer: str, target: str, n: int) -> None:
     assert producer.flush(120) == 0
 
 
-def test_shards_moving_to_a_sidecar_and_back_keep_delivering(
-    sidecar_factory, new_topic, kafka_bootstrap
-):
+def leader_of_a_backlog(sidecar_factory, new_topic, bootstrap: str) -> tuple:
+    """Sidecar a, leading every shard and holding BACKLOG far-future schedules; its buffer."""
     a = sidecar_factory("a", shards=str(SHARDS)).start()
     wait_for(lambda: led_shards(a) == set(range(SHARDS)), 60, "a leads every shard")
     buffer = a.env["KPD_BUFFER_TOPIC"]
-    produce_backlog(kafka_bootstrap, buffer, new_topic("far"), BACKLOG)
+    produce_backlog(bootstrap, buffer, new_topic("far"), BACKLOG)
     wait_for(lambda: pending(a) == BACKLOG, 180, "a holds the backlog")
+    return a, buffer
+
+
+def test_shards_moving_to_a_sidecar_and_back_keep_delivering(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    a, buffer = leader_of_a_backlog(sidecar_factory, new_topic, kafka_bootstrap)
     target = new_topic("moving", config={"message.timestamp.type": "LogAppendTime"})
     with DelayLoad(kafka_bootstrap, buffer, target) as delay:
         wait_for(lambda: len(delay.acknowledged) > 100, 60, "load flowing")
@@ -92,11 +98,7 @@ def test_a_sidecar_stopped_while_reading_a_new_shard_fences_nobody(
     """Released before its fence, a delay role's start ends: it reads no further and fences
     nobody, and the shard's owner delivers on. (Gone on to its fence, it would have fenced the
     owner that keeps the shard, for a handover with nobody to hand to.)"""
-    a = sidecar_factory("a", shards=str(SHARDS)).start()
-    wait_for(lambda: led_shards(a) == set(range(SHARDS)), 60, "a leads every shard")
-    buffer = a.env["KPD_BUFFER_TOPIC"]
-    produce_backlog(kafka_bootstrap, buffer, new_topic("far"), BACKLOG)
-    wait_for(lambda: pending(a) == BACKLOG, 180, "a holds the backlog")
+    a, buffer = leader_of_a_backlog(sidecar_factory, new_topic, kafka_bootstrap)
     target = new_topic("staying", config={"message.timestamp.type": "LogAppendTime"})
     with DelayLoad(kafka_bootstrap, buffer, target) as delay:
         wait_for(lambda: len(delay.acknowledged) > 100, 60, "load flowing")
