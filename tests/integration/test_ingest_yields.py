@@ -3,10 +3,18 @@ its commit makes the delivery visible (`delay_service.leader`); a step with noth
 its whole batch. Each cut is counted in `kpd_delay_ingest_yields_total`.
 
 The backlog is sized so that ingesting it takes seconds here (about 15k schedules/s per worker,
-so a batch of 1,000 takes far longer than the bound) while records come due every 50 ms."""
+so a batch of 1,000 takes far longer than the bound) while records come due every 50 ms. The due
+records and the second backlog are written in one transaction, so the sidecar (read_committed)
+finds the whole backlog behind them at once: written plainly on a loaded CI machine, the backlog
+trickled in no faster than it was ingested, no step had more than a few records to ingest, and
+none was cut."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
+
+from confluent_kafka import Producer
 from kafka_helpers import (
     TopicReader,
     assert_exactly_once,
@@ -23,6 +31,23 @@ BACKLOG = 40_000
 DAY_MS = 86_400_000
 DUE = 60
 DUE_EVERY_MS = 50
+
+
+def produce_at_once(bootstrap: str, topic: str, records: Iterable[tuple]) -> None:
+    """`records` in one transaction: a read_committed reader sees all of them at the commit."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"yields-{uuid.uuid4().hex}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for key, value, headers in records:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, headers=headers)
+                break
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.05)
+    producer.commit_transaction(60)
 
 
 def test_a_step_with_deliveries_cuts_its_ingest_short(sidecar_factory, new_topic, kafka_bootstrap):
@@ -59,8 +84,7 @@ def test_a_step_with_deliveries_cuts_its_ingest_short(sidecar_factory, new_topic
         for i in range(DUE)
     ]  # fmt: skip
     with TopicReader(kafka_bootstrap, target) as reader:
-        produce_all(producer, buffer, due)
-        produce_all(producer, buffer, backlog())
+        produce_at_once(kafka_bootstrap, buffer, due + backlog())
         reader.read_until(lambda m: len(m) >= DUE, 120, "every due record")
         messages = reader.read_for(1.0)  # settle: nothing extra may follow
     assert_never_early(messages)
