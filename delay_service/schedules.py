@@ -264,10 +264,14 @@ class ScheduleIndex:
         keys = [due_key(shard, r.due_ms, sid) for sid, r in delivered.items()]
         entries = self._store.get_many(DUE_CF, keys)
         for (sid, record), entry in zip(delivered.items(), entries, strict=True):
-            pending = Schedule(
-                schedule_id=sid, state=State.SCHEDULED, target=record.target, due_ms=record.due_ms
-            )
-            found[sid] = None if entry is None else pending
+            found[sid] = None
+            if entry is not None:  # pending at the due time the delivery names: a stand-in
+                found[sid] = Schedule(
+                    schedule_id=sid,
+                    state=State.SCHEDULED,
+                    target=record.target,
+                    due_ms=record.due_ms,
+                )
         return found
 
     def due_between(self, shard: int, start_ms: int, stop_ms: int) -> Iterator[tuple[int, str]]:
