@@ -11,8 +11,11 @@ the partition Kafka's partitioner gives it), then the N `delivered` markers that
 handed over in polls of 2,000 as the state follower's consumer does. Printed: CPU microseconds
 per record (`time.process_time`, best of --rounds, the designs alternating), and the floor: the
 same records' RocksDB puts alone, one write per poll (what any applier pays). Baseline:
-`delay_service/schedules.py` as of BASELINE_COMMIT (a RocksDB read of every record's id; before
-2026-11-26 the baseline was 450bff4, with a murmur2 hash, a read and an encode per record).
+`delay_service/schedules.py` as of BASELINE_COMMIT (`ScheduleIndex.apply_messages`, with a
+RocksDB read of the due key of every delivered id; before 2026-11-28 the baseline was 106f40b,
+with a read of every delivered id's whole record, and before 2026-11-26 450bff4, with a murmur2
+hash, a read and an encode per record). Today's applier is one `ScheduleFollower` per run, as
+one reading of the topic has it (it reads whole the ids of the first records of each partition).
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ sys.path.insert(0, str(ROOT))
 from baseline import module_at  # noqa: E402
 
 from delay_service import schedules  # noqa: E402
+from delay_service.schedule_follower import ScheduleFollower  # noqa: E402
 from foundation.shards import ShardMap  # noqa: E402
 from foundation.state_follower import OFFSETS_CF  # noqa: E402
-from foundation.store import Store  # noqa: E402
+from foundation.store import Batch, Store  # noqa: E402
 
-BASELINE_COMMIT = "106f40b3329536f080a20e3458a914a0d8518e2a"
+BASELINE_COMMIT = "722e604058308160c75c46fe1ade4870f610ba04"
 SHARDS = 8
 POLL = 2_000  # StateFollower.poll_once: messages per consume
 DUE_MS = 1_767_225_600_000
@@ -58,34 +62,37 @@ def records(n: int, shard_map: ShardMap) -> tuple[list[Message], list[Message]]:
     return scheduled, delivered
 
 
-def applier(design: types.ModuleType) -> Callable[[Store, Sequence[Message]], None]:
-    def apply(store: Store, polled: Sequence[Message]) -> None:
-        index = design.ScheduleIndex(store, ShardMap(SHARDS, SHARDS))
-        batch = store.batch()
-        index.apply_messages(batch, polled)
-        store.write(batch)
+Applier = Callable[[Batch, Sequence[Message]], None]
+
+
+def baseline(design: types.ModuleType) -> Callable[[Store], Applier]:
+    return lambda store: design.ScheduleIndex(store, ShardMap(SHARDS, SHARDS)).apply_messages
+
+
+def todays(store: Store) -> Applier:
+    return ScheduleFollower(schedules.ScheduleIndex(store, ShardMap(SHARDS, SHARDS))).apply_messages
+
+
+def floor(store: Store) -> Applier:
+    def apply(batch: Batch, polled: Sequence[Message]) -> None:
+        for message in polled:
+            batch.put(schedules.SCHEDULE_CF, message.key(), message.value())  # type: ignore[arg-type]
 
     return apply
 
 
-def floor(store: Store, polled: Sequence[Message]) -> None:
-    batch = store.batch()
-    for message in polled:
-        batch.put(schedules.SCHEDULE_CF, message.key(), message.value())  # type: ignore[arg-type]
-    store.write(batch)
-
-
-def timed(
-    apply: Callable[[Store, Sequence[Message]], None], phases: list[list[Message]]
-) -> list[float]:
-    """CPU us per record of each phase, into a fresh RocksDB."""
+def timed(applier: Callable[[Store], Applier], phases: list[list[Message]]) -> list[float]:
+    """CPU us per record of each phase, into a fresh RocksDB, by one applier."""
     with tempfile.TemporaryDirectory() as folder:
         store = Store(Path(folder), [*schedules.COLUMN_FAMILIES, OFFSETS_CF])
+        apply = applier(store)
         figures = []
         for phase in phases:
             started = time.process_time()
             for start in range(0, len(phase), POLL):
-                apply(store, phase[start : start + POLL])
+                batch = store.batch()
+                apply(batch, phase[start : start + POLL])
+                store.write(batch)
             figures.append((time.process_time() - started) / len(phase) * 1e6)
         store.close()
     return figures
@@ -98,10 +105,10 @@ def main() -> int:
     args = parser.parse_args()
     phases = list(records(args.n, ShardMap(SHARDS, SHARDS)))
     designs = {
-        f"before ({BASELINE_COMMIT[:7]})": applier(
+        f"before ({BASELINE_COMMIT[:7]})": baseline(
             module_at(BASELINE_COMMIT, "delay_service/schedules.py")
         ),
-        "today": applier(schedules),
+        "today": todays,
         "floor: RocksDB puts alone": floor,
     }
     best: dict[str, list[float]] = {}

@@ -36,6 +36,7 @@ from delay_service.dispatch import Dispatch
 from delay_service.headers import Limits
 from delay_service.ingest import Ingest, Route
 from delay_service.ingest_turns import IngestTurns
+from delay_service.schedule_follower import ScheduleFollower
 from delay_service.schedules import ScheduleIndex, State
 from delay_service.step import Step
 from delay_service.timing_wheel import TimingWheelTimer
@@ -148,7 +149,7 @@ class DelayLeader:
         follower = StateFollower(
             self._deps.client_config,
             self._store,
-            {self._writes.schedules_topic: self._index.apply_messages},
+            {self._writes.schedules_topic: ScheduleFollower(self._index).apply_messages},
             only=lambda _, partition: shards.of_partition(partition) == self.shard,
             # At the end of a partition a fetch waits for new records (500 ms by default): the
             # reading before and after the fence reaches the end once each, on the failover path.

@@ -19,13 +19,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 
 import msgspec
-import structlog
-from confluent_kafka import Message
 
 from foundation.shards import ShardMap
 from foundation.store import Batch, Store
-
-log = structlog.get_logger(__name__)
 
 SCHEDULE_CF = "schedule"
 # Kept beside the ids (which never start with a NUL byte) so followers and a new leader know the
@@ -203,76 +199,10 @@ class ScheduleIndex:
             batch.put(SCHEDULE_CF, _pending_key(shard), pending.to_bytes(8, "big", signed=True))
         return applied
 
-    def apply_messages(self, batch: Batch, messages: Sequence[Message]) -> None:
-        """Stage records read from the schedules topic (the state follower's applier).
-
-        A record's shard is its partition's (kpd writes each id's records to the partition
-        Kafka's partitioner gives the id), and its value is stored as read: no hash and no
-        encode per record.
-
-        Only ids with a delivered or cancelled record have their current state looked up, to
-        know whether they were pending (`_settled_ids_now`). A `scheduled` record needs no
-        read: the shard's one writer, its leader, writes it only for an id it has never seen,
-        and the index holds nothing of the partition past its stored position, so the id is new
-        here too (`tests/unit/test_schedule_follower_model.py`).
-        """
-        by_shard: dict[int, tuple[list[Schedule], list[bytes]]] = {}
-        for message in messages:
-            value = message.value()
-            try:
-                record = Schedule.decode(message.key().decode(), value)  # type: ignore[union-attr]
-            except Exception as error:  # a foreign record must not stop every follower
-                log.warning(
-                    "skipping a record kpd did not write",
-                    topic=message.topic(),
-                    offset=message.offset(),
-                    error=str(error),
-                )
-                continue
-            shard = self.shards.of_partition(message.partition())  # type: ignore[arg-type]
-            records, encoded = by_shard.setdefault(shard, ([], []))
-            records.append(record)
-            encoded.append(value)  # type: ignore[arg-type]
-        for shard, (records, encoded) in by_shard.items():
-            found: dict[str, Schedule | None] = {r.schedule_id: None for r in records}
-            found.update(self._settled_ids_now(shard, records))
-            self.stage(batch, shard, records, encoded, found)
-
-    def _settled_ids_now(
-        self, shard: int, records: Sequence[Schedule]
-    ) -> dict[str, Schedule | None]:
-        """The index's state of each id that `records` deliver or cancel, as far as `stage`
-        needs it: one multi-get per shard and family.
-
-        A leader writes `delivered` only over the `scheduled` record it delivered, with that
-        record's due time, so the id's due entry tells it: there, the id is pending at that time
-        (a stand-in says just that); absent, the index has nothing of the id (compaction took the
-        `scheduled` record before this index read it). A due key has no payload to read and
-        decode: a standby's work per delivered record fell to 0.71-0.84x (BENCHMARKS.md,
-        2026-11-27 23:46). A cancel may follow an earlier cancel of its id (one that came ahead
-        of the schedule), so its id's record is read whole.
-        """
-        cancelled = list({r.schedule_id for r in records if r.state is State.CANCELLED})
-        found: dict[str, Schedule | None] = dict(
-            zip(cancelled, self.get_many(cancelled), strict=True)
-        )
-        delivered = {
-            r.schedule_id: r
-            for r in records
-            if r.state is State.DELIVERED and r.schedule_id not in found
-        }
-        keys = [due_key(shard, r.due_ms, sid) for sid, r in delivered.items()]
-        entries = self._store.get_many(DUE_CF, keys)
-        for (sid, record), entry in zip(delivered.items(), entries, strict=True):
-            found[sid] = None
-            if entry is not None:  # pending at the due time the delivery names: a stand-in
-                found[sid] = Schedule(
-                    schedule_id=sid,
-                    state=State.SCHEDULED,
-                    target=record.target,
-                    due_ms=record.due_ms,
-                )
-        return found
+    def pending_at(self, shard: int, entries: Sequence[tuple[int, str]]) -> list[bool]:
+        """Whether each (due_ms, id) of `shard` has its due entry: one multi-get."""
+        keys = [due_key(shard, due_ms, schedule_id) for due_ms, schedule_id in entries]
+        return [entry is not None for entry in self._store.get_many(DUE_CF, keys)]
 
     def due_between(self, shard: int, start_ms: int, stop_ms: int) -> Iterator[tuple[int, str]]:
         """(due_ms, id) of `shard`'s pending schedules with start <= due < stop, in due order."""

@@ -43,6 +43,13 @@ class StepWrites:
         self._node = settings.node_id
         self._copy_limit = copy_limit(settings.max_record_bytes)
         self.refused = refused  # verdicts of an aborted attempt, by record tag
+        # With one partition per shard (every deployment made with shards) a step's records
+        # after its last noted one are fewer than POSITION_EVERY, and a reading that starts
+        # where this index stands reads those again carefully (`delay_service.schedule_follower`).
+        # A shard of several partitions (a deployment made before shards) spreads its records
+        # over them as their ids hash, with no such bound per partition: every offset is noted.
+        one_partition = index.shards.state_partitions == index.shards.shards
+        self._note_every = POSITION_EVERY if one_partition else 1
 
     def lookup(self, step: Step, schedule_id: str) -> Schedule | None:
         """The id's state as this step leaves it so far: held in memory if it is due in the
@@ -67,9 +74,8 @@ class StepWrites:
                 step.wrote_state(message.partition(), message.offset())
 
         # Where the index has read the schedules topic up to is noted from some of the records
-        # only: a restart re-reads at most the rest (applying a record twice changes nothing),
-        # and most records cost no delivery report.
-        noted = written if len(step.ordered) % POSITION_EVERY == 0 else None
+        # only: a restart re-reads at most the rest, and most records cost no delivery report.
+        noted = written if len(step.ordered) % self._note_every == 0 else None
         encoded = record.encode()
         if partition is None:
             partition = self.index.shards.produce_partition(record.schedule_id)

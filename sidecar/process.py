@@ -23,6 +23,7 @@ from api.availability import Availability
 from api.index_writes import IndexWrites
 from delay_service.ingest_turns import IngestTurns
 from delay_service.leader import DelayDeps, DelayLeader
+from delay_service.schedule_follower import ScheduleFollower
 from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
 from delay_service.schedules import Freshness, ScheduleIndex
 from foundation.async_producer import AsyncProducer
@@ -276,7 +277,7 @@ class Sidecar:
         follower = StateFollower(
             self.client_config,
             self.store,
-            {s.state_topic("schedules"): self.schedules.apply_messages},
+            {s.state_topic("schedules"): ScheduleFollower(self.schedules).apply_messages},
             # With "next", the API forwards calls about a schedule of a shard not followed here
             # to that shard's owner (`api.schedules.owner_of`).
             only=lambda _, partition: shards.of_partition(partition) in followed,

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_helpers import (
     TopicReader,
     assert_exactly_once,
@@ -129,6 +130,56 @@ def test_rocksdb_deleted_while_stopped_is_rebuilt_from_kafka(
             wait_for(lambda: _pending(http) == 0, 10, "none pending")
     assert_exactly_once(messages, early | late)
     assert_never_early(messages)
+
+
+def _pending_by_shard(http: httpx.Client) -> dict[str, float]:
+    prefix = "kpd_schedules_pending{shard="
+    return {k[len(prefix) : -1]: v for k, v in metric_values(http).items() if k.startswith(prefix)}
+
+
+def _made_before_shards(env: dict[str, str], admin: AdminClient, partitions: int) -> None:
+    """The state topics of a deployment made before shards: one election partition (one shard)
+    over state topics of several partitions."""
+    prefix = env["KPD_STATE_TOPIC_PREFIX"]
+    counts = {"leader": 1, "schedules": partitions, "pop-state": partitions, "delay-inbox": 1}
+    config = {"schedules": {"cleanup.policy": "compact"}}
+    topics = [NewTopic(prefix + n, c, 1, config=config.get(n, {})) for n, c in counts.items()]
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+
+
+@pytest.mark.parametrize("layout", ["one partition per shard", "made before shards"])
+def test_a_restart_counts_each_pending_schedule_once(
+    sidecar_factory, new_topic, kafka_bootstrap, layout
+):
+    """A leader notes where its index stands from some of its records only, so a restarted one
+    reads its last records again: each schedule still pending among them is counted once (the
+    restart counted 446 of 300 before `delay_service.schedule_follower` read such ids first).
+    Where a shard has several partitions, the leader notes every record's offset."""
+    shards, n = (4, 300) if layout == "one partition per shard" else (1, 300)
+    # One worker: no shard moves between workers, whose gauges overlap while one hands over.
+    sidecar = sidecar_factory("a", shards=str(shards), workers="1")
+    if layout == "made before shards":
+        _made_before_shards(sidecar.env, AdminClient({"bootstrap.servers": kafka_bootstrap}), 3)
+    sidecar.start()
+    buffer = sidecar.env["KPD_BUFFER_TOPIC"]
+    produce_all(
+        make_producer(kafka_bootstrap),
+        buffer,
+        _backlog(new_topic("later"), "later", n, now_ms() + 3_600_000, 1000),
+    )
+
+    def counted(http: httpx.Client) -> bool:
+        by_shard = _pending_by_shard(http)  # a shard's count shows once its leader has started
+        return len(by_shard) == shards and sum(by_shard.values()) == n
+
+    with sidecar.client() as http:
+        wait_for(lambda: counted(http), 30, f"{n} pending")
+    assert sidecar.terminate(signal.SIGTERM) == 0
+    sidecar.start()
+    with sidecar.client() as http:
+        wait_for(lambda: len(_pending_by_shard(http)) == shards, 30, "every shard's leader")
+        assert sum(_pending_by_shard(http).values()) == n
 
 
 def test_failover_to_the_standby_mid_backlog(sidecar_factory, new_topic, kafka_bootstrap):

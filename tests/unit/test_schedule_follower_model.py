@@ -1,14 +1,16 @@
-"""A model test of the standby's applier (`ScheduleIndex.apply_messages`) against what a shard's
-leader can write to the schedules topic.
+"""A model test of the standby's applier (`ScheduleFollower.apply_messages`) against what a
+shard's leader can write to the schedules topic.
 
 Each id's records follow one of the histories a leader writes: scheduled; scheduled then
 delivered or cancelled; cancelled before its schedule arrived, then booked again under the
-schedule's target. The ids' histories interleave in any order. The follower has applied the
-records before a random position (its stored one) and reads the rest in polls of any size, some
-records possibly removed by compaction (an earlier record of an id that has a later one). Whatever
-the order, position, polls and compaction, the index ends with each id's latest record as the
-topic holds it, a due entry for each id whose latest record is `scheduled`, and the pending count
-of those ids.
+schedule's target. The ids' histories interleave in any order. The index holds the records before
+a random position. The rest is read in polls of any size, some records possibly removed by
+compaction (an earlier record of an id that has a later one): either by the reading that applied
+the first ones, or by a new one (a restart) that starts up to `read_again` records before the
+position, as one does where a leader noted its position from some of its records only. Whatever
+the order, position, polls, compaction and restart, the index ends with each id's latest record
+as the topic holds it, a due entry for each id whose latest record is `scheduled`, and the
+pending count of those ids.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from delay_service.schedule_follower import ScheduleFollower
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from foundation.shards import ShardMap
 from foundation.store import Store
@@ -48,8 +51,8 @@ def history(schedule_id: str, kind: str, n: int) -> list[Schedule]:
 
 @st.composite
 def topics(draw: st.DrawFn) -> tuple[list[Schedule], int, list[bool], list[int]]:
-    """(records in topic order, stored position, which later records compaction removes, poll
-    sizes)."""
+    """(records in topic order, their offsets, position, which later records compaction removes,
+    poll sizes)."""
     kinds = draw(st.lists(st.sampled_from(HISTORIES), min_size=1, max_size=12))
     pending = {f"id-{n}": history(f"id-{n}", kind, n) for n, kind in enumerate(kinds)}
     turns = draw(st.permutations([sid for sid, records in pending.items() for _ in records]))
@@ -60,45 +63,57 @@ def topics(draw: st.DrawFn) -> tuple[list[Schedule], int, list[bool], list[int]]
     return records, position, compacted, polls
 
 
-def message(index: ScheduleIndex, record: Schedule) -> Message:
+Offset = int  # a record's index in the topic: increasing within each partition
+
+
+def message(index: ScheduleIndex, offset: Offset, record: Schedule) -> Message:
     partition = index.shards.partition_of_key(record.schedule_id)
     return Message(
-        topic="kpd.schedules", partition=partition, offset=0,
+        topic="kpd.schedules", partition=partition, offset=offset,
         key=record.schedule_id.encode(), value=record.encode(),
     )  # fmt: skip
 
 
-def after_compaction(records: list[Schedule], compacted: list[bool]) -> list[Schedule]:
-    """`records` without those compaction removed: flagged ones of an id that has a later one."""
+def after_compaction(
+    records: list[Schedule], compacted: list[bool], start: int
+) -> list[tuple[Offset, Schedule]]:
+    """The records from `start` on that compaction left: not those flagged of an id that has a
+    later one."""
     return [
-        record
-        for i, (record, gone) in enumerate(zip(records, compacted, strict=False))
-        if not (gone and any(r.schedule_id == record.schedule_id for r in records[i + 1 :]))
+        (offset, record)
+        for offset, (record, gone) in enumerate(zip(records, compacted, strict=True))
+        if offset >= start
+        and not (gone and any(r.schedule_id == record.schedule_id for r in records[offset + 1 :]))
     ]
 
 
-def apply(store: Store, index: ScheduleIndex, records: list[Schedule]) -> None:
+def apply(store: Store, follower: ScheduleFollower, read: list[tuple[Offset, Schedule]]) -> None:
     batch = store.batch()
-    index.apply_messages(batch, [message(index, record) for record in records])
+    follower.apply_messages(batch, [message(follower.index, *one) for one in read])
     store.write(batch)
 
 
-@settings(max_examples=300, deadline=None)
-@given(topics())
+@settings(max_examples=400, deadline=None)
+@given(topics(), st.integers(0, 4), st.data())
 def test_the_index_ends_with_each_ids_latest_record(
-    topic: tuple[list[Schedule], int, list[bool], list[int]],
+    topic: tuple[list[Schedule], int, list[bool], list[int]], read_again: int, data: st.DataObject
 ) -> None:
     records, position, compacted, polls = topic
+    back = data.draw(st.integers(0, min(read_again, position)), "how far a restart starts back")
     with TemporaryDirectory() as folder:
         store = Store(Path(folder) / "db", ["schedule", "due"])
         try:
             index = ScheduleIndex(store, ShardMap(2, 2))
-            apply(store, index, records[:position])
-            read = after_compaction(records[position:], compacted)
+            follower = ScheduleFollower(index, read_again)
+            apply(store, follower, list(enumerate(records[:position])))
+            start = position
+            if data.draw(st.booleans(), "restart"):
+                follower, start = ScheduleFollower(index, read_again), position - back
+            read = after_compaction(records, compacted, start)
             for size in polls:  # at least one record each, so they cover every record
                 poll, read = read[:size], read[size:]
                 if poll:
-                    apply(store, index, poll)
+                    apply(store, follower, poll)
             latest = {record.schedule_id: record for record in records}
             for schedule_id, record in latest.items():
                 assert store.get("schedule", schedule_id.encode()) == record.encode()

@@ -13,6 +13,7 @@ from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
+from delay_service.schedule_follower import ScheduleFollower
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from foundation.shards import ShardMap
 from foundation.store import Batch, Store
@@ -145,10 +146,11 @@ def test_a_follower_skips_foreign_values_and_applies_the_rest(tmp_path: Path) ->
     around them are applied."""
     store = Store(tmp_path / "db", ["schedule", "due"])
     index = ScheduleIndex(store, ShardMap(2, 2))
+    follower = ScheduleFollower(index)
     good = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE)
     done = good.settled(State.DELIVERED, DUE + 1)
     batch = store.batch()
-    index.apply_messages(
+    follower.apply_messages(
         batch,
         [
             state_message("b", b"\xc1", 0),
@@ -160,7 +162,7 @@ def test_a_follower_skips_foreign_values_and_applies_the_rest(tmp_path: Path) ->
     assert index.get("a") == good and index.get("b") is None
     assert index.count_pending() == 1
     batch = store.batch()
-    index.apply_messages(batch, [of_shard(index, done)])
+    follower.apply_messages(batch, [of_shard(index, done)])
     store.write(batch)
     assert index.get("a") == done and index.count_pending() == 0
     assert list(index.due_between(index.shards.of_key("a"), 0, 2**62)) == []
@@ -176,7 +178,7 @@ def test_a_follower_books_each_record_under_its_partitions_shard(tmp_path: Path)
         for n in range(40)
     ]
     batch = store.batch()
-    index.apply_messages(batch, [of_shard(index, record) for record in records])
+    ScheduleFollower(index).apply_messages(batch, [of_shard(index, record) for record in records])
     store.write(batch)
     for shard in (0, 1):
         mine = [r for r in records if index.shards.of_key(r.schedule_id) == shard]
@@ -193,7 +195,7 @@ def test_a_follower_stores_a_value_as_the_topic_holds_it(tmp_path: Path) -> None
     index = ScheduleIndex(store, ShardMap(1, 1))
     value = old_encode({"s": "scheduled", "t": "o", "d": DUE, "zz": "from a newer kpd"})
     batch = store.batch()
-    index.apply_messages(batch, [state_message("a", value, 0)])
+    ScheduleFollower(index).apply_messages(batch, [state_message("a", value, 0)])
     store.write(batch)
     assert store.get("schedule", b"a") == value
     assert index.get("a") == Schedule(
