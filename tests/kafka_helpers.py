@@ -64,6 +64,23 @@ def make_producer(bootstrap: str) -> Producer:
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
 
 
+def produce_one(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers,
+    **kwargs: Any,
+) -> None:
+    """Produce one record, waiting for room while the producer's local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, headers=headers, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def produce_all(
     producer: Producer,
     topic: str,
@@ -88,12 +105,7 @@ def produce_all(
     if partition is not None:
         kwargs["partition"] = partition
     for key, value, headers in records:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, headers=headers, **kwargs)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_one(producer, topic, key, value, headers, **kwargs)
         producer.poll(0)
     remaining = producer.flush(30)
     assert remaining == 0, f"{remaining} records not acknowledged"

@@ -15,7 +15,14 @@ import time
 import httpx
 import pytest
 from confluent_kafka import Producer
-from kafka_helpers import buffer_record, led_shards, metric_values, now_ms, wait_for
+from kafka_helpers import (
+    buffer_record,
+    led_shards,
+    metric_values,
+    now_ms,
+    produce_one,
+    wait_for,
+)
 from load_helpers import DelayLoad
 
 pytestmark = pytest.mark.timeout(600)
@@ -42,12 +49,7 @@ def produce_backlog(bootstrap: str, buffer: str, target: str, n: int) -> None:
     due = now_ms() + 3_600_000
     for i in range(n):
         key, value, headers = buffer_record(target, value=b"x", deliver_at=due, schedule_id=f"f{i}")
-        while True:
-            try:
-                producer.produce(buffer, value=value, key=key, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_one(producer, buffer, key, value, headers)
     assert producer.flush(120) == 0
 
 

@@ -21,6 +21,7 @@ from kafka_helpers import (
     make_producer,
     now_ms,
     produce_all,
+    produce_one,
     wait_delivering,
     wait_for,
 )
@@ -39,12 +40,7 @@ def produce_at_once(bootstrap: str, topic: str, records: Iterable[tuple]) -> Non
     producer.init_transactions(30)
     producer.begin_transaction()
     for key, value, headers in records:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, headers=headers)
-                break
-            except BufferError:  # the local queue is full: let it drain
-                producer.poll(0.05)
+        produce_one(producer, topic, key, value, headers)
     producer.commit_transaction(60)
 
 
