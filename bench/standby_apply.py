@@ -38,7 +38,7 @@ from baseline import module_at  # noqa: E402
 from delay_service import schedules  # noqa: E402
 from delay_service.schedule_follower import ScheduleFollower  # noqa: E402
 from foundation.shards import ShardMap  # noqa: E402
-from foundation.state_follower import OFFSETS_CF  # noqa: E402
+from foundation.state_follower import OFFSETS_CF, Applier  # noqa: E402
 from foundation.store import Batch, Store  # noqa: E402
 
 BASELINE_COMMIT = "722e604058308160c75c46fe1ade4870f610ba04"
@@ -60,9 +60,6 @@ def records(n: int, shard_map: ShardMap) -> tuple[list[Message], list[Message]]:
             out.append(Message(topic="kpd.schedules", partition=partition, offset=offset,
                                key=record.schedule_id.encode(), value=record.encode()))  # fmt: skip
     return scheduled, delivered
-
-
-Applier = Callable[[Batch, Sequence[Message]], None]
 
 
 def baseline(design: types.ModuleType) -> Callable[[Store], Applier]:

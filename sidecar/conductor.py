@@ -210,9 +210,9 @@ class Conductor:
         """How well this worker's schedule index follows `shard` now. Current where a started
         delay role here writes it (led, or handed over and not fenced yet) or a caught-up
         standby applies it; catching up while the role or standby that will keep it starts, or a
-        role released while starting finishes its start (the
-        API waits, as Karapace catches up before it acts); else elsewhere: the API asks the
-        shard's owner. (Called from the API's thread: reads one reference at a time.)"""
+        role released while starting finishes its start (the API waits, as Karapace catches up
+        before it acts); else elsewhere: the API asks the shard's owner. (Called from the API's
+        thread: reads one reference at a time.)"""
         delay = self._led.get(shard, {}).get("delay")
         if delay is not None and delay.role is not None:
             return Freshness.CURRENT

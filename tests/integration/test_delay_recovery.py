@@ -156,7 +156,7 @@ def test_a_restart_counts_each_pending_schedule_once(
     reads its last records again: each schedule still pending among them is counted once (the
     restart counted 446 of 300 before `delay_service.schedule_follower` read such ids first).
     Where a shard has several partitions, the leader notes every record's offset."""
-    shards, n = (4, 300) if layout == "one partition per shard" else (1, 300)
+    n, shards = 300, 4 if layout == "one partition per shard" else 1
     # One worker: no shard moves between workers, whose gauges overlap while one hands over.
     sidecar = sidecar_factory("a", shards=str(shards), workers="1")
     if layout == "made before shards":
