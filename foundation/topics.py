@@ -155,6 +155,12 @@ class TopicCache:
         """Answer from the cache alone (no request): True only for topics seen to exist."""
         return topic in self._known
 
+    def exists_now(self, topic: str) -> bool:
+        """Asked of the broker now, whatever the cache holds (a refusal said it may be gone)."""
+        self._known.pop(topic, None)
+        self._unknown.pop(topic, None)
+        return self.exists(topic)
+
     def exists(self, topic: str) -> bool:
         seen = self._known.get(topic)
         if seen is not None and (

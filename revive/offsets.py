@@ -1,27 +1,40 @@
 """Each touched group's committed offset: the lowest offset not yet settled (DESIGN: pop).
 
-The offsets go into a step's transaction, so Kafka tooling shows the group's real progress
-and a committed offset never passes a message that could still come back.
+The offsets are committed in a transaction of their own, right after a step's has committed, so
+Kafka tooling shows the group's real progress and a committed offset never passes a message
+that could still come back: they are taken from what that step made durable.
 
 A group's offsets are sent at most once per `SEND_EVERY_S`, with the first step that comes
 after that long since a step first touched the group (an idle step, if need be). Sending them
-costs a step two more broker round trips (AddOffsetsToTxn, TxnOffsetCommit) and the broker a
+costs two more broker round trips (AddOffsetsToTxn, TxnOffsetCommit) and the broker a
 transaction marker on `__consumer_offsets`: done on every ack step, that was 2 ms of an ack's
 9 ms at p50 (BENCHMARKS.md, 2026-11-27 05:15). A committed offset that lags only ever points
 below the true watermark, which is safe: what a step settles is durable in its own state
 records, and the replay floor follows the offsets as sent (`committed`), not as settled.
+
+Why a transaction of their own: the broker refuses the offsets of a topic deleted a moment ago
+(UNKNOWN_TOPIC_OR_PART), and that refusal fails the whole transaction. Inside a step's, it threw
+away the step and restarted the shard's pop service (10 s of pops waiting, CI of stop 39);
+here it costs only these offsets, sent again without the deleted topic's (`OffsetSender`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import TopicPartition
+import structlog
+from confluent_kafka import KafkaException, TopicPartition
 
+from foundation.producers_in_turn import ProducersInTurn
+from foundation.transactions import Transaction
 from revive.fetcher import GroupFetcher, source_topic
 from revive.pop_state import LedgerKey, PopState
-from revive.pop_step import PopStep
+from revive.reader import GONE
+
+log = structlog.get_logger(__name__)
 
 SEND_EVERY_S = 1.0
 
@@ -54,6 +67,19 @@ class SendTimes:
     def _due(self) -> set[str]:
         now = self._clock()
         return {group for group, at in self._touched.items() if now - at >= self._every_s}
+
+
+@dataclass(frozen=True)
+class GroupOffsets:
+    """Watermarks of one group to commit, with the group's metadata a transaction needs."""
+
+    group: str
+    offsets: list[TopicPartition]
+    metadata: Any
+
+    def without(self, topics: set[str]) -> GroupOffsets:
+        kept = [tp for tp in self.offsets if tp.topic not in topics]
+        return GroupOffsets(self.group, kept, self.metadata)
 
 
 class OffsetCommitter:
@@ -94,15 +120,18 @@ class OffsetCommitter:
             del self._sent[sent]
 
     def due(self) -> bool:
-        """Is a group's send due, so that a step must commit even if it changed nothing?"""
+        """Is a group's send due, even if no step touches it now?"""
         return self._times.any_due()
 
-    def commit(
-        self, fetchers: dict[str, GroupFetcher], step: PopStep, also: set[str] | None = None
-    ) -> None:
-        """Send the watermarks that moved, of the groups due (see `SendTimes`) and of `also`."""
-        self._times.touch(step.groups)
-        for group in self._times.take_due() | (also or set()):
+    def touch(self, groups: set[str]) -> None:
+        """A step changed these groups' ledgers: their watermarks may have moved."""
+        self._times.touch(groups)
+
+    def take(self, fetchers: dict[str, GroupFetcher], also: set[str]) -> list[GroupOffsets]:
+        """The watermarks that moved, of the groups due (see `SendTimes`) and of `also`; they
+        count as committed once `sent` says so."""
+        batch = []
+        for group in self._times.take_due() | also:
             fetcher = fetchers.get(group)
             if fetcher is None:
                 continue
@@ -111,9 +140,19 @@ class OffsetCommitter:
                 mark = self._low_watermark(group, fetcher, tp.topic, tp.partition)
                 if mark is not None and self._sent.get((group, tp.topic, tp.partition)) != mark:
                     offsets.append(TopicPartition(tp.topic, tp.partition, mark))
-                    self._sent[(group, tp.topic, tp.partition)] = mark
             if offsets:  # only when a watermark moved: each send costs a broker round trip
-                step.txn.send_offsets(offsets, fetcher.consumer.consumer_group_metadata())
+                metadata = fetcher.consumer.consumer_group_metadata()
+                batch.append(GroupOffsets(group, offsets, metadata))
+        return batch
+
+    def sent(self, batch: list[GroupOffsets]) -> None:
+        for offsets in batch:
+            for tp in offsets.offsets:
+                self._sent[(offsets.group, tp.topic, tp.partition)] = tp.offset
+
+    def not_sent(self, batch: list[GroupOffsets]) -> None:
+        """Their transaction failed: send these groups again when next due."""
+        self._times.touch({offsets.group for offsets in batch})
 
     def _low_watermark(
         self, group: str, fetcher: GroupFetcher, topic: str, partition: int
@@ -127,3 +166,59 @@ class OffsetCommitter:
                 floor = self._state.last_leased.get((g, lane, p), -1) + 1
                 marks.append(ledger.low_watermark(max(cursor, floor)))
         return min(marks)
+
+
+class OffsetSender:
+    """Commits group offsets in a transaction of their own, leaving out the topics a fresh look
+    (`exists`) finds deleted.
+
+    The look comes first because the broker's refusal is slow: librdkafka retries a
+    TxnOffsetCommit refused with UNKNOWN_TOPIC_OR_PART until its timeout (a 30 s timeout: 30 s,
+    on this machine), and the shard's pops wait meanwhile. A topic deleted between the look and
+    the send is refused that way; it is left out then, and the rest sent again at once.
+    """
+
+    def __init__(
+        self, producers: ProducersInTurn, timeout_s: float, exists: Callable[[str], bool]
+    ) -> None:
+        self._producers, self._timeout_s, self._exists = producers, timeout_s, exists
+
+    def send(self, batch: list[GroupOffsets]) -> tuple[list[GroupOffsets], dict[str, set[str]]]:
+        """(the offsets committed, the deleted topics found per group). Any failure but a
+        refusal for an unknown topic is an infrastructure fault, and propagates."""
+        deleted: dict[str, set[str]] = {}
+        batch, _ = self._without_deleted(batch, deleted)
+        while batch:
+            try:
+                self._commit(batch)
+                return batch, deleted
+            except KafkaException as error:
+                if error.args[0].code() not in GONE:
+                    raise
+                batch, gone = self._without_deleted(batch, deleted)
+                if not gone:  # refused, yet every topic is there: again when next due
+                    log.warning("group offsets refused", error=str(error))
+                    return [], deleted
+        return [], deleted
+
+    def _without_deleted(
+        self, batch: list[GroupOffsets], deleted: dict[str, set[str]]
+    ) -> tuple[list[GroupOffsets], set[str]]:
+        """`batch` without the topics found deleted now (noted in `deleted`); those topics."""
+        topics = {tp.topic for offsets in batch for tp in offsets.offsets}
+        gone = {topic for topic in topics if not self._exists(topic)}
+        for offsets in batch:
+            if mine := gone & {tp.topic for tp in offsets.offsets}:
+                deleted.setdefault(offsets.group, set()).update(mine)
+        return [kept for kept in (o.without(gone) for o in batch) if kept.offsets], gone
+
+    def _commit(self, batch: list[GroupOffsets]) -> None:
+        txn = Transaction(self._producers, self._timeout_s, role="pop")
+        try:
+            for offsets in batch:
+                txn.send_offsets(offsets.offsets, offsets.metadata)
+            txn.commit()
+        except KafkaException as error:
+            if txn.open and error.args[0].code() in GONE:  # refused, yet not aborted: close it
+                txn.abort()
+            raise

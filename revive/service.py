@@ -2,12 +2,12 @@
 
 One supervised thread owns the shard's pop state. HTTP handlers hand it requests through a queue
 and wait on futures; the thread serves every request that arrived meanwhile in one Kafka
-transaction (group commit), together with the revive of expired leases, the commit of each
-group's offsets and of the replay floor, and answers only after the commit. So a pop is answered
-only once its checkpoint record is durable, an ack only once its ack record is, and a retry copy
-exists exactly when the delivery it replaces is marked settled. A pop here never waits: long
-polling is the router's (`api.pop_router`), which `on_available` wakes when lanes of a (group,
-topic) receive records.
+transaction (group commit), together with the revive of expired leases and the commit of the
+replay floor, and answers only after the commit; each group's offsets follow in a transaction of
+their own (`revive.offsets`). So a pop is answered only once its checkpoint record is durable,
+an ack only once its ack record is, and a retry copy exists exactly when the delivery it
+replaces is marked settled. A pop here never waits: long polling is the router's
+(`api.pop_router`), which `on_available` wakes when lanes of a (group, topic) receive records.
 
 The parts, one job each: `lease` (pop), `settle` (ack, nack, leases, reject, expiry), `copier`
 (retry and dead-letter copies), `offsets` (committed offsets), `replay` + `pop_state` (the
@@ -39,7 +39,7 @@ from revive.copier import Copier
 from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic, source_topic
 from revive.held_records import HeldRecords
 from revive.lease import Leaser
-from revive.offsets import OffsetCommitter
+from revive.offsets import OffsetCommitter, OffsetSender
 from revive.pop_follower import Handover
 from revive.pop_state import PopState
 from revive.pop_step import PopStep
@@ -125,6 +125,9 @@ class PopService:
         self._settler = Settler(settings, self.state)
         self._copier = Copier(settings, self.state, self._reader, self._held)
         self._offsets = OffsetCommitter(self.state)
+        self._offset_sender = OffsetSender(
+            self._producers, self._timeout_s, self._topic_cache.exists_now
+        )
 
     # -- called from HTTP handlers (any thread) --------------------------------------------
 
@@ -214,14 +217,15 @@ class PopService:
         return fetcher
 
     def step(self) -> None:
-        """Serve what arrived (waiting briefly if nothing did), revive, commit, answer."""
+        """Serve what arrived (waiting briefly if nothing did), revive, commit, answer; then
+        commit the group offsets that are due (`revive.offsets`)."""
         requests = self._drain()
         step = PopStep(
             self._producers, self._timeout_s, self._settings.delivery_log_topic,
             self._settings.node_id,
         )  # fmt: skip
         try:
-            self._serve(requests, step)
+            unsent = self._serve(requests, step)
         except BaseException:
             # Memory may now be ahead of the log: the supervisor rebuilds the role from Kafka.
             for _, future in requests:
@@ -230,8 +234,12 @@ class PopService:
             raise
         for future, answer in step.answers:
             future.set_result(answer)
+        self._offsets.touch(step.groups)
+        if unsent or self._offsets.due():
+            self._send_offsets(unsent)
 
-    def _serve(self, requests: list[tuple[Request, Future[Any]]], step: PopStep) -> None:
+    def _serve(self, requests: list[tuple[Request, Future[Any]]], step: PopStep) -> set[str]:
+        """Serve and commit the step; the groups whose watermark was never committed here."""
         self._resumer.install_ready(self._fetchers.__setitem__)
         self._forget_deleted_topics()
         self._fetch()
@@ -244,10 +252,9 @@ class PopService:
         for fetcher in self._fetchers.values():
             self._leaser.dead_letter_untrusted(fetcher, step)
         floors, unsent = self._once_a_second()
-        if step.txn.open or floors or unsent or self._offsets.due():
+        if step.txn.open or floors:
             self._copier.write(step)
             step.write_records(self.state_topic, self.state)
-            self._offsets.commit(self._fetchers, step, also=unsent)
             if floors:
                 offsets = [TopicPartition(self.state_topic, p, o) for p, o in floors.items()]
                 step.txn.send_offsets(offsets, self._floor.consumer.consumer_group_metadata())
@@ -256,12 +263,23 @@ class PopService:
             for key, offset in step.settled:  # their copies, if any, are written
                 self._held.drop(key, offset)
             self._held_bytes.set(self._held.bytes)
+        return unsent
+
+    def _send_offsets(self, unsent: set[str]) -> None:
+        """Commit the moved watermarks of the groups due and of `unsent`, from the state the
+        step just made durable; a deleted topic found on the way is dropped."""
+        batch = self._offsets.take(self._fetchers, also=unsent)
+        committed, deleted = self._offset_sender.send(batch)
+        self._offsets.sent(committed)
+        if not committed:
+            self._offsets.not_sent(batch)
+        for group, topics in deleted.items():
+            self._drop_topics(group, topics)
 
     def _forget_deleted_topics(self) -> None:
         """Once a second, before anything is revived: a fetched topic deleted meanwhile takes its
-        lanes along (leases, buffered records, offsets to commit). Nothing of it can be fetched,
-        settled or committed again, and sending its offsets would fail the whole step. One
-        metadata request per fetched topic (however many groups pop it) and second."""
+        lanes along. One metadata request per fetched topic (however many groups pop it) and
+        second."""
         if time.monotonic() - self._topics_checked_at < FLOOR_EVERY_S:
             return
         self._topics_checked_at = time.monotonic()
@@ -270,15 +288,22 @@ class PopService:
         if not deleted:
             return
         for group, fetcher in self._fetchers.items():
-            gone = fetcher.topics & deleted
-            if not gone:
-                continue
-            fetcher.remove_topics(gone)
-            self.state.drop(
-                {k for k in self.state.ledgers if k[0] == group and source_topic(k[1]) in gone}
-            )
-            self._offsets.forget(group, gone)
-            log.warning("dropped the lanes of a deleted topic", group=group, topics=sorted(gone))
+            self._drop_topics(group, fetcher.topics & deleted)
+
+    def _drop_topics(self, group: str, gone: set[str]) -> None:
+        """Deleted topics of `group`: their lanes go (leases, buffered records, offsets to
+        commit). Nothing of them can be fetched, settled or committed again, and their offsets
+        would fail the transaction that sent them."""
+        fetcher = self._fetchers.get(group)
+        gone = gone & fetcher.topics if fetcher is not None else set()
+        if not gone:
+            return
+        fetcher.remove_topics(gone)
+        self.state.drop(
+            {k for k in self.state.ledgers if k[0] == group and source_topic(k[1]) in gone}
+        )
+        self._offsets.forget(group, gone)
+        log.warning("dropped the lanes of a deleted topic", group=group, topics=sorted(gone))
 
     def _once_a_second(self) -> tuple[dict[int, int], set[str]]:
         """The replay floors that moved and the groups with a watermark never committed here, once

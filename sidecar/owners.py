@@ -92,6 +92,15 @@ class Owners(PeriodicThread):
         one; from the start, before any did)."""
         return 0.0 if self.by_shard else self._clock() - self._led_at
 
+    def settled(self, url: str, owned: frozenset[int], shards: int) -> bool:
+        """Does the view in use show all `shards` led, and the member at `url` in the group
+        holding `owned`? Else a rebalance that may move shards to it is under way: a cooperative
+        one gives a joining member nothing in its first round, and the shards the others let go
+        in that round only in its second. (A group still rebalancing describes its members with
+        no assignment at all.)"""
+        mine = [m.shards for m in self.members if m.url == url]
+        return mine == [owned] and len(self.by_shard) == shards
+
     def predecessor(self, url: str) -> Member | None:
         """The member before the one at `url` in the ring of members ordered by id (the first
         one's is the last): the member it watches and would take shards over from next."""

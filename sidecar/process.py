@@ -160,10 +160,25 @@ class Sidecar:
             if not conductor.standby_caught_up_once():
                 reasons.append("state not caught up yet")
         reasons += self.watchdog.problems()
-        waiting = self._started.not_started(not reasons) if self._started is not None else 0
+        waiting = self._waiting_workers(ready_here=not reasons)
         if waiting:
             reasons.append(f"workers starting: {waiting} of {self.settings.workers} not ready yet")
         return reasons
+
+    def _waiting_workers(self, ready_here: bool) -> int:
+        """How many workers of this sidecar have not been ready yet. This one counts once ready
+        in a settled group (`Owners.settled`): one counted between the two rounds of the
+        rebalance its joining began, holding nothing yet, let the sidecar say ready and then
+        took shards over (CI, stop 39)."""
+        if self._started is None:
+            return 0
+        owners, membership = self._owners, self.membership
+        settled = (
+            owners is not None
+            and membership is not None
+            and owners.settled(self.url, membership.owned, self.shard_map.shards)
+        )
+        return self._started.not_started(ready_here and settled)
 
     def start(self) -> None:
         log.info("sidecar starting", node=self.settings.node_id, bootstrap=self.settings.bootstrap)

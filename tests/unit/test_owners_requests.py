@@ -167,3 +167,33 @@ def test_views_with_no_shard_led_count_until_one_shows_a_leader(clock: Clock) ->
     membership.answer(2, [B])
     owners.tick()
     assert owners.leaderless_s() == 0
+
+
+def test_a_member_is_settled_once_every_shard_is_led_and_the_view_shows_what_it_holds(
+    clock: Clock,
+) -> None:
+    """What a worker waits for before it counts as started (`Sidecar._waiting_workers`)."""
+    membership = AskedMembership()
+    owners = owners_of(membership, clock)
+    owners.tick()
+    assert not owners.settled("http://b", frozenset(), 3)  # no view yet
+    clock.now += 1  # a view counts if asked after the one in use
+    membership.answer(0, [Member("id-a", "http://a", frozenset({0, 1, 2}))])
+    owners.tick()
+    assert owners.settled("http://a", frozenset({0, 1, 2}), 3)
+    assert not owners.settled("http://b", frozenset(), 3)  # b is not in the group yet
+    # b joined: the cooperative rebalance's first round takes shard 1 from a, gives b nothing.
+    first_round = [
+        Member("id-a", "http://a", frozenset({0, 2})),
+        Member("id-b", "http://b", frozenset()),
+    ]
+    clock.now += 1
+    membership.answer(1, first_round)
+    owners.tick()
+    assert not owners.settled("http://b", frozenset(), 3)
+    clock.now += 1
+    membership.answer(2, [Member("id-a", "http://a", frozenset({0, 2})), B])
+    owners.tick()
+    assert not owners.settled("http://b", frozenset(), 3)  # not taken here yet
+    assert owners.settled("http://b", frozenset({1}), 3)
+    assert not owners.settled("http://b", frozenset({1}), 4)  # a shard nobody leads
