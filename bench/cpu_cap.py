@@ -14,14 +14,17 @@ from pathlib import Path
 
 V1 = Path("/sys/fs/cgroup/cpu")  # cgroup v1: cpu.cfs_quota_us / cpu.cfs_period_us
 V2 = Path("/sys/fs/cgroup")  # cgroup v2 (unified): cpu.max = "<quota> <period>"
-PERIOD_US = 100_000
+PERIOD_US = 100_000  # the kernel's default period
 
 
 class CpuCaps:
-    """One cgroup per capped process, each limited to `cores`; `release` moves them back."""
+    """One cgroup per capped process, each limited to `cores` per `period_us`; `release` moves
+    them back. Within a period a process may run `cores * period_us`, then waits for the next
+    one: with the default period a request that comes once its worker's quota is spent waits up
+    to 75 ms at a quarter of a core (a shorter period makes that wait shorter)."""
 
-    def __init__(self, cores: float) -> None:
-        self.cores = cores
+    def __init__(self, cores: float, period_us: int = PERIOD_US) -> None:
+        self.cores, self._period_us = cores, period_us
         self._groups: list[Path] = []
         self._v1 = (V1 / "cpu.cfs_quota_us").exists()
         self._root = V1 if self._v1 else V2
@@ -30,12 +33,12 @@ class CpuCaps:
         group = self._root / f"kpd-bench-{uuid.uuid4().hex[:8]}"
         group.mkdir()
         self._groups.append(group)
-        quota = int(self.cores * PERIOD_US)
+        quota = int(self.cores * self._period_us)
         if self._v1:
-            (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (group / "cpu.cfs_period_us").write_text(str(self._period_us))
             (group / "cpu.cfs_quota_us").write_text(str(quota))
         else:
-            (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            (group / "cpu.max").write_text(f"{quota} {self._period_us}")
         (group / "cgroup.procs").write_text(str(pid))  # every thread of the process moves
 
     def throttled_s(self) -> float:

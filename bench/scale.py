@@ -180,7 +180,7 @@ def one_run(
     workers: int,
     n: int,
     home: Path,
-    worker_cpu: float,
+    caps: CpuCaps,
     **settings: str,
 ) -> dict:
     namespace = f"bench-scale-{uuid.uuid4().hex[:6]}"
@@ -191,9 +191,8 @@ def one_run(
     broker = broker_pid()
     log = sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
     result: dict = {"workers": workers}
-    caps = CpuCaps(worker_cpu)
     try:
-        if worker_cpu:
+        if caps.cores:
             for pid in sidecar.worker_pids():
                 caps.cap(pid)
         # The fixed cost of a fresh sidecar: every shard led and followed, nothing to do.
@@ -420,7 +419,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     base: dict = {}
     for workers in args.workers:
         jit = broker_jit.CompilerMeter(broker)
-        r = one_run(bootstrap, admin, workers, args.n, home, args.worker_cpu, **args.setting)
+        caps = CpuCaps(args.worker_cpu, int(args.cpu_period_ms * 1000))
+        r = one_run(bootstrap, admin, workers, args.n, home, caps, **args.setting)
         base = base or r
         at = time.strftime("%H:%M:%S", time.gmtime())
         load = os.getloadavg()[0]
@@ -431,8 +431,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         )
         if args.worker_cpu:
             print(
-                f"  each worker capped at {args.worker_cpu} cores: held back "
-                f"{r['throttled_s']:.1f} s in all by its cap",
+                f"  each worker capped at {args.worker_cpu} cores per {args.cpu_period_ms} ms: "
+                f"held back {r['throttled_s']:.1f} s in all by its cap",
                 flush=True,
             )
         for name in ("ingest", "burst", "pop"):
@@ -500,6 +500,14 @@ def main() -> int:
         metavar="CORES",
         help="cap each worker process at this many cores (a cgroup each; root): what a worker "
         "adds where the machine has CPU left for it (bench/cpu_cap.py)",
+    )
+    parser.add_argument(
+        "--cpu-period-ms",
+        type=float,
+        default=100.0,
+        metavar="MS",
+        help="the caps' period (default the kernel's 100 ms): a capped worker runs its share of "
+        "each period, then waits for the next",
     )
     parser.add_argument(
         "--set",
