@@ -295,8 +295,7 @@ class PopService:
         commit). Nothing of them can be fetched, settled or committed again, and their offsets
         would fail the transaction that sent them."""
         fetcher = self._fetchers.get(group)
-        gone = gone & fetcher.topics if fetcher is not None else set()
-        if not gone:
+        if fetcher is None or not (gone := gone & fetcher.topics):
             return
         fetcher.remove_topics(gone)
         self.state.drop(
