@@ -268,6 +268,11 @@ def metric_total(values: dict[str, float], name: str) -> float | None:
     return sum(samples) if samples else None
 
 
+def leader_restarts(http: httpx.Client) -> float:
+    """How often the sidecar's shard roles were rebuilt from Kafka (every role and reason)."""
+    return metric_total(metric_values(http), "kpd_leader_restarts_total") or 0.0
+
+
 def wait_delivering(http: httpx.Client, target: str, timeout_s: float = 30) -> None:
     """Schedule one record due now over HTTP and wait until it shows `delivered`: the leader loop
     is then running (readiness only says a leader is known)."""

@@ -8,9 +8,9 @@ from kafka_helpers import (
     assert_never_early,
     buffer_record,
     header_dict,
+    leader_restarts,
     log_events,
     make_producer,
-    metric_values,
     now_ms,
     produce_all,
     wait_delivering,
@@ -279,7 +279,7 @@ def test_a_past_due_record_too_big_for_its_target_is_settled_and_its_neighbours_
     fine = new_topic("fine")
     with sidecar.client() as http:
         wait_delivering(http, new_topic("warm"))
-        restarts_before = restarts(http)
+        restarts_before = leader_restarts(http)
         producer = make_producer(kafka_bootstrap)
         past = now_ms() - 1000
         neighbours = [
@@ -303,10 +303,4 @@ def test_a_past_due_record_too_big_for_its_target_is_settled_and_its_neighbours_
             assert_exactly_once(reader.read_for(1.0), {f"fits-{i}" for i in range(len(neighbours))})
         with TopicReader(kafka_bootstrap, fine) as reader:
             assert [m.value() for m in reader.read_count(1, 30)] == [b"other"]
-        assert restarts(http) == restarts_before  # settled by redoing steps, not by restarts
-
-
-def restarts(http) -> float:
-    return sum(
-        v for k, v in metric_values(http).items() if k.startswith("kpd_leader_restarts_total{")
-    )
+        assert leader_restarts(http) == restarts_before  # settled by redoing steps, not by restarts

@@ -24,8 +24,8 @@ from kafka_helpers import (
     TopicCleanup,
     TopicReader,
     header_dict,
+    leader_restarts,
     make_producer,
-    metric_values,
     now_ms,
     produce_all,
     unique,
@@ -89,8 +89,7 @@ class World:
 
     def restarts(self) -> float:
         with httpx.Client(base_url=self.sidecar.url, timeout=10) as http:
-            values = metric_values(http)
-        return sum(v for k, v in values.items() if k.startswith("kpd_leader_restarts_total{"))
+            return leader_restarts(http)
 
 
 @pytest.fixture(scope="module")
