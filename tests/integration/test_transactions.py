@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 
 import pytest
@@ -53,6 +54,32 @@ def test_a_refused_tagged_record_is_named_and_the_commit_aborts(
         step.commit()
     assert set(refused.value.refused) == {"the big one"}
     assert not step.open
+
+
+def test_a_refusal_ends_the_commit_s_wait_for_the_records_queued_behind_it(
+    kafka_bootstrap: str, new_topic
+) -> None:
+    """Records queued behind a refused batch are held by librdkafka until the abort purges them;
+    the commit used to wait for their delivery reports until its timeout (30 s here), in about
+    one transaction of three (CI, stop 40). Several tries, so the hold is met."""
+    for attempt in range(5):
+        topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
+        producer = transactional_producer(
+            {"bootstrap.servers": kafka_bootstrap, "batch.size": LIMIT - 100},
+            f"test-txn-{uuid.uuid4().hex[:8]}",
+        )
+        producer.init_transactions(30)
+        step = Transaction(ProducersInTurn.of(producer), 30)
+        for n in range(600):
+            if n == 300:
+                step.produce(topic, b"big", b"x" * (LIMIT * 2), tag="the big one")
+            step.produce(topic, f"k{n}".encode(), b"small" * 4, tag=n)
+        started = time.monotonic()
+        with pytest.raises(RecordsRefused) as refused:
+            step.commit()
+        waited = time.monotonic() - started
+        assert "the big one" in refused.value.refused
+        assert waited < 10, f"try {attempt}: the commit waited {waited:.1f} s after the refusal"
 
 
 def test_an_untracked_step_whose_tagged_record_is_refused_asks_for_a_tracked_redo(
