@@ -76,14 +76,14 @@ class PopRouter:
         """For a peer: wait until local lanes of (group, topic) hold records; how many."""
         services = [s for s in self._sources(group, topic, local=True) if isinstance(s, PopService)]
         for service in services:  # a shard reads (group, topic) once it has been asked for it
-            if not service.knows(group, topic):
-                await _answer(service.submit(PopRequest(group, topic, 0, 1000)))
+            if not service.fetchers.knows(group, topic):
+                await _answer(service.inbox.submit(PopRequest(group, topic, 0, 1000)))
         deadline = time.monotonic() + wait_ms / 1000
         with self._node.availability.waiting(group, topic) as arrived:
             for service in services:
-                service.wake()
+                service.inbox.wake()
             while True:
-                count = sum(service.available(group, topic) for service in services)
+                count = sum(service.fetchers.available(group, topic) for service in services)
                 left = deadline - time.monotonic()
                 if count or left <= 0:
                     return count
@@ -127,9 +127,12 @@ class PopRouter:
                 break
             if isinstance(source, PopService):
                 asked_here += 1
-                if source.knows(group, topic) and not source.available(group, topic):
+                fetchers = source.fetchers
+                if fetchers.knows(group, topic) and not fetchers.available(group, topic):
                     continue
-                found += await _answer(source.submit(PopRequest(group, topic, left, invisible_ms)))
+                found += await _answer(
+                    source.inbox.submit(PopRequest(group, topic, left, invisible_ms))
+                )
             elif not found:  # an owner elsewhere is asked only while nothing was found here
                 body = {"max_messages": left, "invisible_ms": invisible_ms, "wait_ms": 0}
                 path = f"/v1/groups/{group}/topics/{topic}/pop"
@@ -144,8 +147,8 @@ class PopRouter:
         services = [s for s in sources if isinstance(s, PopService)]
         with self._node.availability.waiting(group, topic) as arrived:
             for service in services:
-                service.wake()
-            if any(service.available(group, topic) for service in services):
+                service.inbox.wake()
+            if any(service.fetchers.available(group, topic) for service in services):
                 return  # arrived since the last look
             waits: list[Awaitable[Any]] = [arrived.wait()]
             path = f"/v1/groups/{group}/topics/{topic}/pop"
@@ -182,7 +185,7 @@ class PopRouter:
             service = node.pop_service(shard)
             if service is not None:
                 request = SettleRequest(kind, group, [(t, r, a) for _, t, r, a in shard_items])
-                calls.append((shard_items, _answer(service.submit(request))))
+                calls.append((shard_items, _answer(service.inbox.submit(request))))
             elif local or shard not in owners or owners[shard] == node.url:
                 raise leadership_moving("no_leader", f"no sidecar leads shard {shard} now")
             else:

@@ -12,15 +12,16 @@ bounded number of containers (per-bucket dicts, an index dict, two deques, a hea
 collection costs the same with ten entries or a million.  An object per entry (as this module once
 had) made full collections scan every pending schedule and showed up as delivery lateness.
 
-Design (mirrors Kafka's ``SystemTimer`` / ``TimingWheel`` / ``TimerTaskList``):
+Design (mirrors Kafka's ``SystemTimer`` / ``TimingWheel`` / ``TimerTaskList``; this module is the
+timer, ``delay_service.wheel_levels`` the wheel's parts, ``delay_service.due_queues`` the queues):
 
-* ``_Wheel`` is a ring of ``wheel_size`` buckets, each covering ``tick_ms`` of time.  Entries too
+* ``Wheel`` is a ring of ``wheel_size`` buckets, each covering ``tick_ms`` of time.  Entries too
   far in the future for a wheel go to its lazily created *overflow* wheel whose tick is the whole
   span of the finer wheel, so a handful of levels cover centuries (512**5 ms ~ 1,100 years).
-* ``_Bucket`` is a dict ``schedule_id -> order key``: O(1) add and remove.  ``remove()`` finds the
+* ``Bucket`` is a dict ``schedule_id -> order key``: O(1) add and remove.  ``remove()`` finds the
   bucket without storing where an entry is: an entry on a wheel sits in slot
   ``(due_ms // tick_ms) % wheel_size`` of one level, so it probes that slot on each level.
-* ``_DelayQueue`` is a ``heapq`` of *buckets* (not entries) keyed by bucket expiration.  The clock
+* ``DelayQueue`` is a ``heapq`` of *buckets* (not entries) keyed by bucket expiration.  The clock
   only moves when a bucket expires, so the cost of ``advance()`` is proportional to the number of
   non-empty buckets passed, not to elapsed milliseconds.  When an overflow bucket expires its
   entries are re-inserted and land in a finer wheel (or are due).
@@ -38,169 +39,13 @@ queue until ``now_ms >= due_ms``; with the default 1 ms tick the bucket time *is
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import operator
 
 from delay_service.due_queues import SEQ_BITS, LateHeap, ReadyQueue
+from delay_service.wheel_levels import DelayQueue, Wheel
 
 __all__ = ["TimingWheelTimer"]
-
-
-class _Bucket:
-    """A slot of a wheel: the entries whose due time falls into one tick of that wheel."""
-
-    __slots__ = ("entries", "expiration_ms", "tick_ms")
-
-    def __init__(self, tick_ms: int) -> None:
-        self.entries: dict[str, int] = {}  # schedule_id -> order key
-        self.tick_ms = tick_ms  # the span of due times it holds: [expiration_ms, + tick_ms)
-        # Start of the time range this bucket currently stands for; -1 while unused.  Buckets are
-        # reused as the wheel turns, so the expiration changes; a change means "push me on the
-        # delay queue again" (exactly like Kafka's TimerTaskList.setExpiration).
-        self.expiration_ms = -1
-
-    def set_expiration(self, expiration_ms: int) -> bool:
-        """Set the expiration; True if it changed (the caller must then enqueue the bucket)."""
-        changed = self.expiration_ms != expiration_ms
-        self.expiration_ms = expiration_ms
-        return changed
-
-    def flush(self) -> dict[str, int]:
-        """Empty the bucket (it is expiring) and hand back its entries for re-insertion."""
-        entries, self.entries = self.entries, {}
-        self.expiration_ms = -1
-        return entries
-
-
-class _DelayQueue:
-    """Min-heap of buckets by expiration: drives the clock from one non-empty bucket to the next."""
-
-    __slots__ = ("_heap", "_tiebreak")
-
-    def __init__(self) -> None:
-        # (expiration_ms, tiebreak, bucket): the counter keeps heapq from ever comparing buckets.
-        # At most one item per bucket, so the heap is bounded by the number of buckets.
-        self._heap: list[tuple[int, int, _Bucket]] = []
-        self._tiebreak = itertools.count()
-
-    def push(self, bucket: _Bucket) -> None:
-        heapq.heappush(self._heap, (bucket.expiration_ms, next(self._tiebreak), bucket))
-
-    def pop_expired(self, now_ms: int) -> _Bucket | None:
-        """Pop the earliest bucket if it has expired by ``now_ms``, else None."""
-        heap = self._heap
-        while heap and heap[0][0] <= now_ms:
-            expiration_ms, _, bucket = heapq.heappop(heap)
-            # Defensive: skip a heap item that no longer matches the bucket's expiration.  By
-            # construction a bucket is only re-pushed after it has been popped, so this is rare.
-            if bucket.expiration_ms == expiration_ms:
-                return bucket
-        return None
-
-    def peek_expiration(self) -> int | None:
-        """Earliest expiration of a non-empty bucket.
-
-        Buckets emptied by ``remove()`` stay in the heap (removal is O(1), no heap surgery); they
-        are discarded here so a caller does not wake up for nothing.  Resetting the expiration to
-        -1 makes a later add into that slot re-push the bucket.
-        """
-        heap = self._heap
-        while heap:
-            expiration_ms, _, bucket = heap[0]
-            if bucket.expiration_ms == expiration_ms and bucket.entries:
-                return expiration_ms
-            heapq.heappop(heap)
-            if bucket.expiration_ms == expiration_ms:
-                bucket.expiration_ms = -1
-        return None
-
-
-class _Wheel:
-    """One level of the hierarchy: ``wheel_size`` buckets of ``tick_ms`` each."""
-
-    __slots__ = (
-        "buckets",
-        "current_ms",
-        "interval_ms",
-        "overflow",
-        "queue",
-        "tick_ms",
-        "wheel_size",
-    )
-
-    def __init__(self, tick_ms: int, wheel_size: int, start_ms: int, queue: _DelayQueue) -> None:
-        self.tick_ms = tick_ms
-        self.wheel_size = wheel_size
-        self.interval_ms = tick_ms * wheel_size
-        # Rounded down to a tick so bucket boundaries are multiples of tick_ms on every level.
-        self.current_ms = start_ms - start_ms % tick_ms
-        self.buckets = [_Bucket(tick_ms) for _ in range(wheel_size)]
-        self.queue = queue
-        # Created on first need: most deployments never schedule past the first few levels.
-        self.overflow: _Wheel | None = None
-
-    def add(self, schedule_id: str, due_ms: int, key: int) -> bool:
-        """Place the entry on this wheel or a coarser one; False if it is already expired.
-
-        "Expired" means due before the end of the current tick of the finest wheel: it can no
-        longer get a bucket of its own and must go straight to the ready/late queues.
-        """
-        wheel = self
-        while True:
-            if due_ms < wheel.current_ms + wheel.tick_ms:
-                return False
-            if due_ms < wheel.current_ms + wheel.interval_ms:
-                virtual_id = due_ms // wheel.tick_ms
-                bucket = wheel.buckets[virtual_id % wheel.wheel_size]
-                bucket.entries[schedule_id] = key
-                if bucket.set_expiration(virtual_id * wheel.tick_ms):
-                    wheel.queue.push(bucket)
-                return True
-            if wheel.overflow is None:
-                # The overflow wheel starts at this wheel's current time so that its first bucket
-                # lines up with the end of this wheel's span.
-                wheel.overflow = _Wheel(
-                    wheel.interval_ms, wheel.wheel_size, wheel.current_ms, wheel.queue
-                )
-            wheel = wheel.overflow
-
-    def discard(self, schedule_id: str, due_ms: int) -> bool:
-        """Take the entry off whichever level holds it; False if it is on no wheel.
-
-        Only live entries sit in buckets (a re-add or remove takes the old one off at once), so
-        the id found in the slot its due time hashes to on some level is the entry itself.  The
-        search starts at the finest level that can hold ``due_ms`` now: an entry never sits finer
-        than that, as clocks only move forward.
-        """
-        wheel: _Wheel | None = self
-        while wheel is not None and due_ms >= wheel.current_ms + wheel.interval_ms:
-            wheel = wheel.overflow
-        while wheel is not None:
-            bucket = wheel.buckets[due_ms // wheel.tick_ms % wheel.wheel_size]
-            if bucket.entries.pop(schedule_id, None) is not None:
-                return True
-            wheel = wheel.overflow
-        return False
-
-    def advance_clock(self, time_ms: int) -> None:
-        """Move this wheel and its overflow wheels forward (never backward) to ``time_ms``.
-
-        Only safe once every bucket with expiration <= ``time_ms`` has been flushed; otherwise a
-        new entry could be hashed into a slot whose old contents have not expired yet.
-        """
-        wheel: _Wheel | None = self
-        while wheel is not None and time_ms >= wheel.current_ms + wheel.tick_ms:
-            wheel.current_ms = time_ms - time_ms % wheel.tick_ms
-            time_ms = wheel.current_ms
-            wheel = wheel.overflow
-
-    def levels(self) -> int:
-        """Count the wheels created so far (this one plus its overflow wheels)."""
-        count, wheel = 1, self.overflow
-        while wheel is not None:
-            count, wheel = count + 1, wheel.overflow
-        return count
 
 
 class TimingWheelTimer:
@@ -215,8 +60,8 @@ class TimingWheelTimer:
             raise ValueError(f"tick_ms must be >= 1, got {tick_ms}")
         if wheel_size < 2:
             raise ValueError(f"wheel_size must be >= 2, got {wheel_size}")
-        self._queue = _DelayQueue()
-        self._wheel = _Wheel(tick_ms, wheel_size, start_ms, self._queue)
+        self._queue = DelayQueue()
+        self._wheel = Wheel(tick_ms, wheel_size, start_ms, self._queue)
         # Authoritative membership: schedule_id -> order key of its live entry.  A (key, id) in
         # the ready queue / late heap whose key the index does not hold is stale and skipped.
         self._index: dict[str, int] = {}

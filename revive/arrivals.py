@@ -103,7 +103,7 @@ class ArrivalWatch(PeriodicThread):
             if message.error() is None:
                 woken.update(wanted.get((message.topic(), message.partition()), ()))
         for service in woken:
-            service.arrived()
+            service.inbox.arrived()
         metrics.ARRIVAL_WAKES.inc(len(woken))
 
     def _wanted(self) -> dict[Partition, list[Watched]]:
@@ -112,7 +112,7 @@ class ArrivalWatch(PeriodicThread):
         wanted: dict[Partition, list[Watched]] = {}
         if awaited:
             for service in self._services():
-                for partition in service.watched(awaited):
+                for partition in service.fetchers.watched(awaited):
                     wanted.setdefault(partition, []).append(service)
         return wanted
 

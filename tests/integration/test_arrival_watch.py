@@ -21,6 +21,7 @@ class Service:
 
     def __init__(self, key: Key, partition: tuple[str, int]) -> None:
         self.key, self.partition = key, partition
+        self.fetchers = self.inbox = self  # what the watch asks of a service's parts
         self.woken = 0
         self.lock = threading.Lock()
 

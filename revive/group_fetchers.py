@@ -1,0 +1,151 @@
+"""A pop shard's fetchers, one per group that pops here: made on its first pop, or resumed for
+the groups a new leader inherits, and rid of the topics deleted since.
+
+Only the pop service thread changes them; HTTP handlers and the arrival watch read them
+(`knows`, `available`, `watched`) from other threads, one reference at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+
+from foundation.config import Settings
+from foundation.shards import ShardMap
+from foundation.topics import TopicCache, TopicSpec, ensure_topics, with_message_limit
+from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic
+from revive.pop_state import PopState
+from revive.resume import GroupResumer
+
+log = structlog.get_logger(__name__)
+
+RESUME_THREADS = 8  # inherited groups whose fetchers are made at once (`revive.resume`)
+
+
+class GroupFetchers:
+    def __init__(
+        self,
+        settings: Settings,
+        clients: tuple[dict[str, Any], Any],  # the consumers' config, the admin client
+        shard: tuple[ShardMap, int],  # the shard map, and the shard served here
+        state: PopState,
+        topic_cache: TopicCache,
+    ) -> None:
+        self._settings = settings
+        self._client_config, self._admin = clients
+        self._shards, self._shard = shard
+        self._state, self._topic_cache = state, topic_cache
+        self._timeout_s = settings.kafka_timeout_ms / 1000
+        self.by_group: dict[str, GroupFetcher] = {}
+        # The fetchers of the groups the replayed ledgers name, made off the service thread.
+        self._resumer: GroupResumer[GroupFetcher] = GroupResumer(RESUME_THREADS)
+
+    # -- read from any thread --------------------------------------------------------------
+
+    def watched(self, awaited: Iterable[tuple[str, str]]) -> list[tuple[str, int]]:
+        """The partitions read here for the awaited (group, topic)s."""
+        found: list[tuple[str, int]] = []
+        for group, topic in awaited:
+            fetcher = self.by_group.get(group)
+            if fetcher is not None and topic in fetcher.topics:
+                found += fetcher.partitions_of(topic)
+        return found
+
+    def knows(self, group: str, topic: str) -> bool:
+        """Has (group, topic) been asked for here, so that its lanes are read?"""
+        fetcher = self.by_group.get(group)
+        return fetcher is not None and topic in fetcher.topics
+
+    def available(self, group: str, topic: str) -> int:
+        """Records waiting for pops of (group, topic) here."""
+        fetcher = self.by_group.get(group)
+        return 0 if fetcher is None else fetcher.available(topic)
+
+    # -- the service thread ----------------------------------------------------------------
+
+    def resume(self) -> None:
+        """Fetch the groups the replayed ledgers name, before any worker asks for them: this
+        leader may settle their leases (expiry) and must then move the group's offsets, or the
+        replay floor could never pass their checkpoints (`PopState.floors`). Their fetchers are
+        made in parallel (`revive.resume`), so a takeover answers at once however many groups
+        there are. The ledgers of a deleted topic go: nothing of it can be fetched or settled
+        again, and they would hold the floor."""
+        inherited: dict[str, set[str]] = {}
+        for group, lane, _ in self._state.ledgers:
+            topic = origin_topic(lane)
+            # A distrusted retry lane names no topic: any fetcher of its group reads its retry
+            # topic.
+            if topic != UNTRUSTED:
+                inherited.setdefault(group, set()).add(topic)
+        state = self._state
+        for group, topics in inherited.items():
+            for topic in sorted(t for t in topics if not self._topic_cache.exists(t)):
+                topics.discard(topic)
+                gone = (group, topic)
+                state.drop({k for k in state.ledgers if (k[0], origin_topic(k[1])) == gone})
+                log.warning("dropped the leases of a deleted topic", group=group, topic=topic)
+        self._resumer.start({g: t for g, t in inherited.items() if t}, self._made)
+
+    def install_resumed(self) -> None:
+        """Take in the inherited groups' fetchers made since the last call."""
+        self._resumer.install_ready(self.by_group.__setitem__)
+
+    def for_pop(self, group: str, topic: str) -> GroupFetcher:
+        """The fetcher of `group`, reading `topic`: made (or waited for, if inherited and still
+        being made) on the group's first pop here."""
+        fetcher = self.by_group.get(group)
+        if fetcher is None:
+            # An inherited group still being made: its fetcher (each of its calls is bounded).
+            fetcher = self._resumer.wait_for(group, 3 * self._timeout_s) or self._new(group)
+            self.by_group[group] = fetcher
+        if topic not in fetcher.topics:
+            fetcher.add_topic(topic, self._timeout_s)
+        return fetcher
+
+    def deleted_topics(self) -> dict[str, set[str]]:
+        """The fetched topics deleted meanwhile, by group: one metadata request per fetched topic
+        (however many groups pop it)."""
+        fetched = {topic for fetcher in self.by_group.values() for topic in fetcher.topics}
+        deleted = {topic for topic in fetched if not self._topic_cache.exists(topic)}
+        return {g: f.topics & deleted for g, f in self.by_group.items() if f.topics & deleted}
+
+    def close(self) -> None:
+        self._resumer.close(GroupFetcher.close)
+        for fetcher in self.by_group.values():
+            fetcher.close()
+
+    def _made(self, group: str, topics: set[str]) -> GroupFetcher:
+        """(In a resumer thread.) A fetcher of `group` reading `topics`, not yet installed."""
+        fetcher = self._new(group)
+        try:
+            for topic in sorted(topics):
+                fetcher.add_topic(topic, self._timeout_s)
+        except BaseException:
+            fetcher.close()
+            raise
+        return fetcher
+
+    def _new(self, group: str) -> GroupFetcher:
+        group_settings = self._settings.group(group)
+        assert group_settings.retry_topic and group_settings.dlq_topic
+        limit = self._settings.max_record_bytes
+        ensure_topics(
+            self._admin,
+            [
+                with_message_limit(TopicSpec(group_settings.retry_topic), limit),
+                with_message_limit(TopicSpec(group_settings.dlq_topic), limit),
+            ],
+            self._settings.topic_partitions,
+            self._settings.topic_replication,
+            self._timeout_s,
+        )
+        shards, shard = self._shards, self._shard
+        return GroupFetcher(
+            group,
+            group_settings.retry_topic,
+            self._client_config,
+            lambda lane: self._state.last_leased.get((group, *lane), -1),
+            lambda topic, partition: shards.of_lane(group, topic, partition) == shard,
+        )
