@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Hashable
 
 import httpx
 import structlog
@@ -22,8 +21,7 @@ import structlog
 from api.availability import Availability
 from api.index_writes import IndexWrites
 from delay_service.ingest_turns import IngestTurns
-from delay_service.leader import DelayDeps, DelayLeader
-from delay_service.schedule_follower import ScheduleFollower
+from delay_service.leader import DelayDeps
 from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
 from delay_service.schedules import Freshness, ScheduleIndex
 from foundation.async_producer import AsyncProducer
@@ -34,19 +32,18 @@ from foundation.kafka_clients import admin_client, base_config, producer_config
 from foundation.kafka_probe import KafkaProbe
 from foundation.memory_trim import MemoryTrim
 from foundation.shards import ShardMap
-from foundation.state_follower import OFFSETS_CF, StateFollower
+from foundation.state_follower import OFFSETS_CF
 from foundation.store import Store
-from foundation.supervision import LoopHealth, Watchdog
+from foundation.supervision import Watchdog
 from foundation.topics import TopicCache
 from revive.arrivals import ArrivalWatch
-from revive.pop_follower import PopFollower
 from revive.receipt import ReceiptCodec
-from revive.replay import PopStateReader
 from revive.service import PopDeps, PopService
-from sidecar.conductor import Conductor, Standby
+from sidecar.conductor import Conductor
 from sidecar.membership import Membership
 from sidecar.owners import LEADERLESS_AFTER_S, STALE_AFTER_S, Owners
 from sidecar.self_heal import SelfHeal
+from sidecar.shard_roles import ShardRoles
 from sidecar.successor import Successor
 from sidecar.topology import kpd_topic_names, set_up
 from sidecar.workers import StartedWorkers
@@ -100,13 +97,11 @@ class Sidecar:
         self._successor: Successor | None = None
         self.broker_clock: BrokerClock | None = None
         self._conductor: Conductor | None = None
-        self._pop_follower = PopFollower(self.shard_map)
         self._arrivals: ArrivalWatch | None = None
         self._topics_ready = False
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._conduct, name="conductor", daemon=True)
-        self._refused: dict[int, dict[Hashable, str]] = {}  # per shard (see DelayLeader)
-        self._ingest_turns = IngestTurns()  # one of this worker's delay leaders ingests at a time
+        self._roles: ShardRoles | None = None  # once the topics say how many shards there are
 
     # -- the Node the API sees -------------------------------------------------------------
 
@@ -211,7 +206,7 @@ class Sidecar:
             except Exception as error:  # Kafka not there yet: keep trying, /readyz says why
                 log.warning("cannot start yet", error=str(error))
                 self._stopping.wait(SETUP_RETRY_S)
-        if self.membership is None or self._conductor is None:
+        if self.membership is None or self._conductor is None or self._roles is None:
             return
         try:
             while not self._stopping.is_set():
@@ -219,7 +214,7 @@ class Sidecar:
                 self.membership.paused = not self._clock_fit()
                 early = self._successor.shards if self._successor is not None else frozenset()
                 lead = self.membership.owned | early if not self.membership.paused else frozenset()
-                self._conductor.reconcile(lead, self._next_to_take())
+                self._conductor.reconcile(lead, self._roles.next_to_take())
                 self.membership.changed.wait(0.1)
         finally:
             self.membership.stop()  # leave first: the group moves this worker's shards at once
@@ -237,21 +232,32 @@ class Sidecar:
         if self.schedules.ensure_format(OFFSETS_CF, s.state_topic("schedules")):
             log.info("local index cleared for this layout; rebuilding it from Kafka")
         self._topics_ready = True
-        self._pop_follower = PopFollower(self.shard_map)
-        self._conductor = Conductor(
-            self.watchdog,
-            {"delay": self._make_delay, "pop": self._make_pop},
-            self._standby,
-            self._schedules_kept,
-        )
         self.membership = Membership(
             self.client_config, s.state_topic("leader"), s.election_session_timeout_ms, self.url
         )
         # Clients of its own: their requests may stay pending through an outage (`sidecar.owners`).
         self._owners = Owners(self.membership, lambda: admin_client(s))
         self._successor = Successor(self._owners, self.url) if s.early_takeover else None
-        self.broker_clock = BrokerClock(self.producer_config, s.state_topic("clock"), s.node_id)
-        self.broker_clock.start()
+        clock = BrokerClock(self.producer_config, s.state_topic("clock"), s.node_id)
+        self.broker_clock = clock
+        roles = ShardRoles(
+            DelayDeps(
+                s, self.store, self.schedules, self.client_config, self.producer_config,
+                self._owned_topics, lambda: clock.margin_ms, IngestTurns(),
+            ),
+            PopDeps(
+                s, self.client_config, self.producer_config, self.admin, self.codec,
+                self.shard_map, self.availability.notify, self.availability.awaited,
+            ),
+            self._owners,
+            self.url,
+        )  # fmt: skip
+        self._roles = roles
+        self._conductor = Conductor(
+            self.watchdog, {"delay": roles.delay, "pop": roles.pop}, roles.standby,
+            roles.schedules_kept,
+        )  # fmt: skip
+        clock.start()
         self.membership.paused = True  # until the clock is measured
         self.membership.start()
         self._owners.start()
@@ -268,42 +274,6 @@ class Sidecar:
         owners = self._owners
         return owners is not None and any(member.url != self.url for member in owners.members)
 
-    def _next_to_take(self) -> frozenset[int]:
-        """The shards this worker would take over next, so its standby keeps their pop state hot
-        (the conductor leaves out those led here): those of its predecessor in the ring of
-        members, the one its successor watch probes. Until the members are known, every shard."""
-        owners = self._owners
-        if owners is None or not owners.members:
-            return frozenset(range(self.shard_map.shards))
-        watched = owners.predecessor(self.url)
-        return watched.shards if watched is not None else frozenset()
-
-    def _schedules_kept(self, led: frozenset[int], follow: frozenset[int]) -> frozenset[int]:
-        """The shards whose schedules a standby keeps, given the shards whose roles run here and
-        those whose pop state it follows (`standby_schedules`)."""
-        if self.settings.standby_schedules == "all":
-            return frozenset(range(self.shard_map.shards)) - led
-        return follow
-
-    def _standby(self, led: frozenset[int], follow: frozenset[int], health: LoopHealth) -> Standby:
-        s, shards = self.settings, self.shard_map
-        every = frozenset(range(shards.shards))
-        followed = self._schedules_kept(led, follow)
-        follower = StateFollower(
-            self.client_config,
-            self.store,
-            {s.state_topic("schedules"): ScheduleFollower(self.schedules).apply_messages},
-            # With "next", the API forwards calls about a schedule of a shard not followed here
-            # to that shard's owner (`api.schedules.owner_of`).
-            only=lambda _, partition: shards.of_partition(partition) in followed,
-        )
-        reader = PopStateReader(
-            self.client_config, s.state_topic("pop-state"), s.state_topic("pop-floor"),
-            s.kafka_timeout_ms / 1000,
-        )  # fmt: skip
-        self._pop_follower.forget(every - follow - led)
-        return Standby(follower, (self._pop_follower, reader, follow), health)
-
     def _clock_fit(self) -> bool:
         """Measured, and close enough to the broker's to lead (it waits the offset out)."""
         clock = self.broker_clock
@@ -312,22 +282,6 @@ class Sidecar:
             and clock.measured
             and abs(clock.offset_ms) <= self.settings.max_clock_offset_ms
         )
-
-    def _make_delay(self, shard: int, health: LoopHealth) -> DelayLeader:
-        clock = self.broker_clock
-        assert clock is not None  # roles start once the clock is measured
-        deps = DelayDeps(
-            self.settings, self.store, self.schedules, self.client_config, self.producer_config,
-            self._owned_topics, lambda: clock.margin_ms, self._ingest_turns,
-        )  # fmt: skip
-        return DelayLeader(deps, shard, health, self._refused.setdefault(shard, {}))
-
-    def _make_pop(self, shard: int, health: LoopHealth) -> PopService:
-        deps = PopDeps(
-            self.settings, self.client_config, self.producer_config, self.admin, self.codec,
-            self.shard_map, self.availability.notify, self.availability.awaited,
-        )  # fmt: skip
-        return PopService(deps, shard, health, self._pop_follower.hand_over(shard))
 
     def _exit_for_restart(self, why: str) -> None:
         """Stuck for good (a stalled loop, broken clients): hand the shards over at once, then

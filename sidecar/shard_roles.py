@@ -1,0 +1,73 @@
+"""What a worker's roles are made of: each led shard's delay leader and pop service, and the
+standby that follows the shards led elsewhere (`sidecar.conductor` starts and stops them).
+
+Made once the topics say how many shards there are. The parts every role of the worker shares
+(clients, the RocksDB index, the clock's margin) come in `DelayDeps` and `PopDeps`; what outlives
+a role is kept here: the verdicts of a shard's aborted delay steps (a restarted role never retries
+a refused record) and the pop state the standby hands to a shard's new pop service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from delay_service.leader import DelayDeps, DelayLeader
+from delay_service.schedule_follower import ScheduleFollower
+from foundation.state_follower import StateFollower
+from foundation.supervision import LoopHealth
+from revive.pop_follower import PopFollower
+from revive.replay import PopStateReader
+from revive.service import PopDeps, PopService
+from sidecar.conductor import Standby
+from sidecar.owners import Owners
+
+Shards = frozenset[int]
+
+
+class ShardRoles:
+    def __init__(self, delay: DelayDeps, pop: PopDeps, owners: Owners, url: str) -> None:
+        self._delay, self._pop = delay, pop
+        self._owners, self._url = owners, url
+        self._settings, self._shards = delay.settings, pop.shards
+        self._pop_follower = PopFollower(pop.shards)
+        self._refused: dict[int, dict[Hashable, str]] = {}  # per shard (see DelayLeader)
+
+    def delay(self, shard: int, health: LoopHealth) -> DelayLeader:
+        return DelayLeader(self._delay, shard, health, self._refused.setdefault(shard, {}))
+
+    def pop(self, shard: int, health: LoopHealth) -> PopService:
+        return PopService(self._pop, shard, health, self._pop_follower.hand_over(shard))
+
+    def next_to_take(self) -> Shards:
+        """The shards this worker would take over next, so its standby keeps their pop state hot
+        (the conductor leaves out those led here): those of its predecessor in the ring of
+        members, the one its successor watch probes. Until the members are known, every shard."""
+        if not self._owners.members:
+            return frozenset(range(self._shards.shards))
+        watched = self._owners.predecessor(self._url)
+        return watched.shards if watched is not None else frozenset()
+
+    def schedules_kept(self, led: Shards, follow: Shards) -> Shards:
+        """The shards whose schedules a standby keeps, given the shards whose roles run here and
+        those whose pop state it follows (`standby_schedules`)."""
+        if self._settings.standby_schedules == "all":
+            return frozenset(range(self._shards.shards)) - led
+        return follow
+
+    def standby(self, led: Shards, follow: Shards, health: LoopHealth) -> Standby:
+        s, shards = self._settings, self._shards
+        followed = self.schedules_kept(led, follow)
+        follower = StateFollower(
+            self._delay.client_config,
+            self._delay.store,
+            {s.state_topic("schedules"): ScheduleFollower(self._delay.index).apply_messages},
+            # With "next", the API forwards calls about a schedule of a shard not followed here
+            # to that shard's owner (`api.schedules.owner_of`).
+            only=lambda _, partition: shards.of_partition(partition) in followed,
+        )
+        reader = PopStateReader(
+            self._delay.client_config, s.state_topic("pop-state"), s.state_topic("pop-floor"),
+            s.kafka_timeout_ms / 1000,
+        )  # fmt: skip
+        self._pop_follower.forget(frozenset(range(shards.shards)) - follow - led)
+        return Standby(follower, (self._pop_follower, reader, follow), health)
