@@ -15,8 +15,8 @@ One record fails only itself (principle 6): a record the broker refuses (a targe
 it, one that may not be written or was deleted) aborts the step, which is redone at once without
 it, and the record is settled on the invalid topic. RocksDB is written only after the commit, so
 a redo (or a restart by the supervisor, for infrastructure faults) never finds memory ahead of
-the truth. Only schedules due within `WINDOW_MS` sit in the timing wheel; the rest stay on disk
-and are range-scanned in as the window slides, so memory does not grow with far-future backlog.
+the truth. Only schedules due within a window sit in the timing wheel (`delay_service.due_window`);
+the rest stay on disk, so memory does not grow with far-future backlog.
 """
 
 from __future__ import annotations
@@ -33,14 +33,13 @@ from confluent_kafka.admin import AdminClient
 from delay_service import metrics
 from delay_service.buffer_reader import BufferReader, First
 from delay_service.dispatch import Dispatch
+from delay_service.due_window import DueWindow
 from delay_service.headers import Limits
 from delay_service.ingest import Ingest, Route
 from delay_service.ingest_turns import IngestTurns
 from delay_service.schedule_follower import ScheduleFollower
-from delay_service.schedules import ScheduleIndex, State
+from delay_service.schedules import ScheduleIndex
 from delay_service.step import Step
-from delay_service.timing_wheel import TimingWheelTimer
-from delay_service.window_payloads import WindowPayloads
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.config import Settings
@@ -61,14 +60,6 @@ INGEST_BATCH = 1000  # buffer records per step: bounds how long due deliveries w
 # lateness under 5k due/s + 15k/s of ingest, without slowing that ingest (BENCHMARKS.md,
 # 2026-11-27 12:00).
 INGEST_BEHIND_DELIVERY_S = 0.02
-WINDOW_MS = 10_000  # how far ahead the wheel holds schedules
-# The window slides in small steps: loading half a window at once (tens of thousands of entries
-# at a high due rate) stalled dispatch for that long and showed in the p99 lateness.
-SLIDE_MS = 250
-# The window's schedules held in memory per shard (`delay_service.window_payloads`): 5k due/s of
-# 300-byte records over a 10 s window take about 25 MB, split across the shards of the load.
-WINDOW_PAYLOAD_BYTES = 16 * 1024 * 1024
-PAYLOAD_READ_CHUNK = 1000  # ids per multi-get when the window slides
 TRACKED_AFTER_FAILURE_S = 5.0
 FENCE_PROBE_S = 0.5  # while handing over
 START_FETCH_WAIT_MS = 10
@@ -122,8 +113,8 @@ class DelayLeader:
         # Known targets are checked again each second: one deleted meanwhile is caught before
         # its write could fail the transaction.
         topics = TopicCache(self._admin, self._timeout_s, recheck_known_s=1.0)
-        self._wheel = TimingWheelTimer(now_ms())
-        self._loaded_until = 0
+        self._due = DueWindow(self._index, shard)
+        self._wheel = self._due.wheel
         # Verdicts of aborted steps, by record tag: the redo settles those records instead. The
         # dict outlives this object, so even a restart of the role never retries such a record.
         self._refused = refused
@@ -131,9 +122,8 @@ class DelayLeader:
         # tracked for a while, so the redo that meets the refused record again names it.
         self._tracked_until = 0.0
         self._handing_over, self._probed_at = False, 0.0  # see hand_over
-        self._window = WindowPayloads(WINDOW_PAYLOAD_BYTES)
-        self._writes = StepWrites(settings, self._index, self._window, self._refused)
-        timers = (self._add_timer, self._wheel.remove)
+        self._writes = StepWrites(settings, self._index, self._due.payloads, self._refused)
+        timers = (self._due.add, self._wheel.remove)
         route = Route(shard, self._index.shards, self._inbox)
         self._ingest = Ingest(self._writes, limits, topics, health, timers, route)
         self._dispatch = Dispatch(self._writes, topics)
@@ -164,7 +154,7 @@ class DelayLeader:
         finally:
             follower.close()
         self._reader.assign((self._buffer, self._inbox), shards)
-        self._refill(now_ms())
+        self._due.refill(now_ms())
         pending = self._index.count_pending(self.shard)
         metrics.PENDING.labels(str(self.shard)).set(pending)
         metrics.DUE_BACKLOG.labels(str(self.shard)).set(self._wheel.due_backlog())
@@ -188,7 +178,7 @@ class DelayLeader:
 
     def step(self) -> None:
         chunk, first = self._reader.next_chunk(self._wait_s())
-        self._refill(now_ms())
+        self._due.refill(now_ms())
         tracked = time.monotonic() < self._tracked_until
         step = Step(self._producers, self._timeout_s, tracked=tracked)
         try:
@@ -262,22 +252,18 @@ class DelayLeader:
         # transaction in one request, not one more after these records' turn at the commit.
         step.txn.send_added()
 
-    def _add_timer(self, schedule_id: str, due_ms: int) -> None:
-        if due_ms < self._loaded_until:  # later ones are loaded from RocksDB as the window slides
-            self._wheel.add(schedule_id, due_ms)
-
     def _applied(self, step: Step) -> None:
         """The step is committed: index it, forget the verdicts it settled, count it."""
         self._store.write(
             step.index_batch(self._store, self._index, self.shard, self._writes.schedules_topic)
         )
-        self._window.applied(step.applied, self._loaded_until)
+        self._due.applied(step.applied)
         for tag in step.settled:
             self._refused.pop(tag, None)
         step.count()
         metrics.PENDING.labels(str(self.shard)).set(self._index.count_pending(self.shard))
         metrics.DUE_BACKLOG.labels(str(self.shard)).set(self._wheel.due_backlog())
-        metrics.WINDOW_HELD.labels(str(self.shard)).set(self._window.bytes)
+        metrics.WINDOW_HELD.labels(str(self.shard)).set(self._due.payloads.bytes)
 
     def _redo_without(self, refusal: RecordsRefused, first: First, step: Step) -> None:
         """The broker refused some records: rewind the step; the next one settles them."""
@@ -304,31 +290,10 @@ class DelayLeader:
         for due_ms, schedule_id in step.taken:
             self._wheel.add(schedule_id, due_ms)
 
-    def _refill(self, now: int) -> None:
-        """Slide the in-memory window: load schedules due before now + WINDOW_MS from RocksDB."""
-        if now + WINDOW_MS - SLIDE_MS < self._loaded_until:
-            return
-        horizon = now + WINDOW_MS
-        ids = []
-        for due_ms, schedule_id in self._index.due_between(self.shard, self._loaded_until, horizon):
-            self._wheel.add(schedule_id, due_ms)
-            ids.append(schedule_id)
-        self._loaded_until = horizon
-        self._hold(ids)
-
-    def _hold(self, ids: list[str]) -> None:
-        """Hold the schedules that just entered the window, until the budget is spent."""
-        for start in range(0, len(ids), PAYLOAD_READ_CHUNK):
-            for schedule in self._index.get_many(ids[start : start + PAYLOAD_READ_CHUNK]):
-                if schedule is None or schedule.state is not State.SCHEDULED:
-                    continue  # the due family lists pending ids only: a guard, not a case
-                if not self._window.hold(schedule):
-                    return
-
     def _wait_s(self) -> float:
         """Sleep in the consumer until the next timer or window slide, at most MAX_WAIT_S."""
         now = now_ms()
-        wake = self._loaded_until - WINDOW_MS + SLIDE_MS
+        wake = self._due.next_slide_ms()
         expiry = self._wheel.next_expiry_ms()
         if expiry is not None:
             wake = min(wake, expiry + self._deps.clock_margin_ms())
