@@ -279,8 +279,9 @@ def warm_up(url: str, group: str, topic: str) -> int:
 
 def _cpu_split(now: dict[int, float], before: dict[int, float], broker: float, n: int) -> str:
     per_k = [(now[p] - before.get(p, 0.0)) * 1000 / n for p in sorted(now)]
-    kpd = " + ".join(f"{c:.2f}" for c in per_k)
-    return f"kpd {kpd} = {sum(per_k):.2f}, broker {broker * 1000 / n:.2f} core-s/1k"
+    # To 0.001: a hot standby's whole part is about 0.01 (BENCHMARKS.md, 2026-11-28 09:14).
+    kpd = " + ".join(f"{c:.3f}" for c in per_k)
+    return f"kpd {kpd} = {sum(per_k):.3f}, broker {broker * 1000 / n:.3f} core-s/1k"
 
 
 # -- failover --------------------------------------------------------------------------------
