@@ -250,8 +250,8 @@ class Transaction:
     def _flush(self) -> None:
         """Wait for the step's delivery reports, but not once one has said the transaction
         failed: the abort that follows purges the rest, which librdkafka holds meanwhile until
-        the timeout. Every redo of a step with a refused record waited 10 s that way (the CI
-        of stop 40 timed out after three of them)."""
+        the timeout. Every redo of a step with a refused record waited 10 s that way (a full
+        test run on a fresh clone, stop 40, timed out after three of them)."""
         deadline = time.monotonic() + self._timeout_s
         while self._producer.flush(FLUSH_SLICE_S) > 0:
             if self.refused or self._failure is not None or time.monotonic() >= deadline:

@@ -61,7 +61,7 @@ def test_a_refusal_ends_the_commit_s_wait_for_the_records_queued_behind_it(
 ) -> None:
     """Records queued behind a refused batch are held by librdkafka until the abort purges them;
     the commit used to wait for their delivery reports until its timeout (30 s here), in about
-    one transaction of three (CI, stop 40). Several tries, so the hold is met."""
+    one transaction of three (a full test run, stop 40). Several tries, so the hold is met."""
     for attempt in range(5):
         topic = new_topic("txn", config={"max.message.bytes": str(LIMIT)})
         producer = transactional_producer(
