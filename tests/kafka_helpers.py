@@ -6,10 +6,14 @@ then optionally keep reading for a short settle window to prove nothing extra ar
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -26,6 +30,8 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
+
+from devtools.broker_for_tests import broker_settings_from_env
 
 Headers = list[tuple[str, bytes]]
 
@@ -308,6 +314,31 @@ def _shards_flagged(sidecar, metric: str) -> set[int]:
         values = metric_values(http)
     prefix = metric + "{shard="
     return {int(k[len(prefix) : -1]) for k, v in values.items() if k.startswith(prefix) and v == 1}
+
+
+@contextmanager
+def fetch_quota(bootstrap: str, client_id: str, bytes_per_s: int) -> Iterator[None]:
+    """Kafka's own client quota on `client_id` while the block runs (`kafka-configs --alter
+    --entity-type clients`): the broker throttles its fetches to `bytes_per_s`, so a test can
+    make one sidecar's reading last long enough to act on it mid-way."""
+    java = shutil.which("java")
+    assert java, "Java 17+ runs Kafka's ConfigCommand"
+    release = broker_settings_from_env(os.environ)[0]
+
+    def configs(*change: str) -> None:
+        result = subprocess.run(
+            [java, "-cp", release.classpath(), "kafka.admin.ConfigCommand",
+             "--bootstrap-server", bootstrap, "--alter", *change,
+             "--entity-type", "clients", "--entity-name", client_id],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+
+    configs("--add-config", f"consumer_byte_rate={bytes_per_s}")
+    try:
+        yield
+    finally:
+        configs("--delete-config", "consumer_byte_rate")
 
 
 DELETE_TIMEOUT_S = 60

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import datetime
 
 import httpx
 import pytest
 from confluent_kafka import Producer
 from kafka_helpers import (
     buffer_record,
+    fetch_quota,
     led_shards,
     metric_values,
     now_ms,
@@ -25,9 +27,12 @@ from kafka_helpers import (
 )
 from load_helpers import DelayLoad
 
+from sidecar.process import HANDOVER_ON_STOP_S
+
 pytestmark = pytest.mark.timeout(600)
 SHARDS = 2
 BACKLOG = 400_000  # far-future schedules: some 200,000 records for a member new to a shard
+SLOW_READ_BYTES_PER_S = 1_000_000
 
 
 def pending(sidecar) -> float:
@@ -42,6 +47,12 @@ def shards_led(sidecar) -> set[int]:
         return led_shards(sidecar)
     except httpx.TransportError:
         return set()
+
+
+def logged_at(log: str, event: str) -> float:
+    """When a sidecar's log first says `event` (seconds since the epoch)."""
+    line = next(line for line in log.splitlines() if f"] {event} " in line)
+    return datetime.fromisoformat(line.split(" ", 1)[0]).timestamp()
 
 
 def produce_backlog(bootstrap: str, buffer: str, target: str, n: int) -> None:
@@ -102,17 +113,26 @@ def test_a_sidecar_stopped_while_reading_a_new_shard_fences_nobody(
     owner that keeps the shard, for a handover with nobody to hand to.)"""
     a, buffer = leader_of_a_backlog(sidecar_factory, new_topic, kafka_bootstrap)
     target = new_topic("staying", config={"message.timestamp.type": "LogAppendTime"})
-    with DelayLoad(kafka_bootstrap, buffer, target) as delay:
+    # Unthrottled, c read its new shard's 200,000 schedules in 0.8 s, and in a CI run it reached
+    # its fence before its stop came. Throttled by the broker, the reading took 28 s.
+    with (
+        fetch_quota(kafka_bootstrap, "kpd-slow", SLOW_READ_BYTES_PER_S),
+        DelayLoad(kafka_bootstrap, buffer, target) as delay,
+    ):
         wait_for(lambda: len(delay.acknowledged) > 100, 60, "load flowing")
-        c = sidecar_factory("c", shards=str(SHARDS)).start(ready=False)
-        # Its new shard's 200,000 schedules take c's delay role seconds to read.
-        wait_for(lambda: len(shards_led(c)) == 1, 60, "c takes a shard")
+        c = sidecar_factory("slow", shards=str(SHARDS)).start(ready=False)
+        # Logged as its delay role starts, to read the shard's schedules before the fence.
+        wait_for(lambda: "] leading " in c.log_path.read_text(), 60, "c takes a shard")
         assert c.terminate(signal.SIGTERM) == 0
         wait_for(lambda: led_shards(a) == set(range(SHARDS)), 30, "a leads every shard again")
         left = len(delay.acknowledged)
         wait_for(lambda: len(delay.acknowledged) > left + 150, 60, "load after c left")
     log = c.log_path.read_text()
     assert "state read before the fence" not in log and "handed over" not in log
+    # The release itself ended the start: a stop's own request ends it only once the 5 s bound
+    # on a stopping worker's handovers has passed.
+    released_s = logged_at(log, "handover ended") - logged_at(log, "stopped leading")
+    assert released_s < HANDOVER_ON_STOP_S, released_s
     messages = delay.assert_delivered(quiet_s=3.0)
     late = max(m.timestamp()[1] - int(dict(m.headers())["kpd-deliver-at"]) for m in messages)
     assert late < 2_000
