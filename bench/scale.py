@@ -37,6 +37,7 @@ import numpy as np
 import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -60,6 +61,7 @@ from devtools.local_sidecar import (  # noqa: E402
     broker_pid,
     isolated_env,
     process_cpu_s,
+    thread_cpu_s,
 )
 from foundation.shards import ShardMap  # noqa: E402
 from kpd_client.client import CONNECTION_LIMITS  # noqa: E402
@@ -70,6 +72,8 @@ SHARDS = 8
 IDLE_S = 10.0  # how long the processes are watched doing nothing, for their fixed cost
 SETTLE_S = 10.0  # after a sidecar is ready: standbys catching up, groups settling
 FORWARDED, ANSWERED = "kpd_pop_forwarded_total", "kpd_pop_request_seconds_count"
+# Per worker process: its CPU seconds so far, and the part of it in librdkafka's threads.
+WorkerCpu = dict[int, tuple[float, float]]
 
 
 def http_client(url: str) -> httpx.Client:
@@ -83,8 +87,24 @@ class Sidecar(SidecarProcess):
         env = isolated_env(bootstrap, name, home / name, namespace, **settings)
         super().__init__(env, home / f"{name}.log")
 
-    def cpu(self) -> dict[int, float]:
-        return {pid: process_cpu_s(pid) for pid in self.worker_pids()}
+    def cpu(self) -> WorkerCpu:
+        return {
+            pid: (process_cpu_s(pid), thread_cpu_s(pid, ("rdk:",))) for pid in self.worker_pids()
+        }
+
+    def delay_commits(self) -> tuple[float, float]:
+        """The delay leaders' transaction commits so far, all workers: how many, seconds waited."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        found = {"count": 0.0, "sum": 0.0}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if family.name == "kpd_transaction_seconds" and sample.labels == {
+                    "role": "delay",
+                    "phase": "commit",
+                }:
+                    kind = sample.name.rsplit("_", 1)[1]
+                    found[kind] = found.get(kind, 0.0) + sample.value
+        return found["count"], found["sum"]
 
     def calls(self, metric: str) -> Counter[str]:
         """A pop-group call counter of all workers, by call: `kpd_pop_forwarded_total` (sent on
@@ -170,7 +190,7 @@ def _idle(sidecar: Sidecar, broker: int) -> tuple[list[float], float]:
     """What each worker process and the broker burn over IDLE_S with nothing to do, in cores."""
     cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
     time.sleep(IDLE_S)
-    workers = [(c - cpu0.get(p, 0.0)) / IDLE_S for p, c in sorted(sidecar.cpu().items())]
+    workers = [(c - cpu0[p][0]) / IDLE_S for p, (c, _) in sorted(sidecar.cpu().items())]
     return workers, (process_cpu_s(broker) - broker0) / IDLE_S
 
 
@@ -217,10 +237,19 @@ def one_run(
         produce_fast(bootstrap, buffer, schedules(burst_target, "b", n, burst_due))
         scheduled = LogCount(bootstrap, log, "scheduled", burst_target, n, 600)
         result["burst_valid"] = scheduled.count == n and scheduled.last_ms < burst_due
+        # The CPU of the wait (the idle rate, and the wheel loading the burst WINDOW_MS ahead),
+        # then of the drain from the due instant on, apart.
         cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
+        time.sleep(max(burst_due - now_ms(), 0) / 1000)
+        cpu1, broker1, commits0 = sidecar.cpu(), process_cpu_s(broker), sidecar.delay_commits()
+        result["burst_wait_cpu"] = _cpu_split(cpu1, cpu0, broker1 - broker0, n)
         rows = read_deliveries(bootstrap, burst_target, n, 600)
         result["burst"] = len(rows) / max((rows[:, 1].max() - burst_due) / 1000, 1e-3)
-        result["burst_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, n)
+        result["burst_cpu"] = _cpu_split(sidecar.cpu(), cpu1, process_cpu_s(broker) - broker1, n)
+        count, waited = (b - a for a, b in zip(commits0, sidecar.delay_commits(), strict=True))
+        result["burst_commits"] = (
+            f"{count * 1000 / n:.1f} per 1,000, {waited / count * 1000:.1f} ms"
+        )
         result["burst_share"] = LogCount(bootstrap, log, "delivered", burst_target, n, 120).nodes
         # Pop + ack at batch 100 from 4 client processes, over the shared port.
         topic = create_topic(admin, f"bench-scale-p-{uuid.uuid4().hex[:6]}", SHARDS)
@@ -277,11 +306,21 @@ def warm_up(url: str, group: str, topic: str) -> int:
     raise RuntimeError("no message popped within 60 s")
 
 
-def _cpu_split(now: dict[int, float], before: dict[int, float], broker: float, n: int) -> str:
-    per_k = [(now[p] - before.get(p, 0.0)) * 1000 / n for p in sorted(now)]
+def _cpu_split(
+    now: dict[int, tuple[float, float]],
+    before: dict[int, tuple[float, float]],
+    broker: float,
+    n: int,
+) -> str:
+    """Each worker's CPU per 1,000 records (in brackets, librdkafka's threads' part of it)."""
+    per_k = [
+        [(b - a) * 1000 / n for a, b in zip(before.get(p, (0.0, 0.0)), now[p], strict=True)]
+        for p in sorted(now)
+    ]
     # To 0.001: a hot standby's whole part is about 0.01 (BENCHMARKS.md, 2026-11-28 09:14).
-    kpd = " + ".join(f"{c:.3f}" for c in per_k)
-    return f"kpd {kpd} = {sum(per_k):.3f}, broker {broker * 1000 / n:.3f} core-s/1k"
+    kpd = " + ".join(f"{c:.3f} ({rdk:.3f})" for c, rdk in per_k)
+    total = sum(c for c, _ in per_k)
+    return f"kpd {kpd} = {total:.3f}, broker {broker * 1000 / n:.3f} core-s/1k"
 
 
 # -- failover --------------------------------------------------------------------------------
@@ -442,6 +481,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
                 f"cpu {r[name + '_cpu']}  shares {dict(r[name + '_share'])}",
                 flush=True,
             )
+        print(f"  the burst's wait before its due time: cpu {r['burst_wait_cpu']}", flush=True)
+        print(f"  the burst's delay commits: {r['burst_commits']} each", flush=True)
         print(f"  pop calls forwarded to another worker: {r['pop_forwarded']}", flush=True)
         per = ", ".join(f"{call} {count:.1f}" for call, count in r["pop_calls"].items())
         print(f"  calls a shard's leader answered per 1,000 messages: {per}", flush=True)
