@@ -7,9 +7,10 @@ Prints, in one run on one broker, after uncounted raw loops and mixed phases (`b
 have run until the fresh broker's JIT compiler is quiet (`bench/broker_jit.py`, `--warm-up-s`):
   * for 1, 2 and 4 worker processes of one `kpd run` (8 shards): delay ingest (schedules/s),
     burst drain (deliveries/s) and pop+ack at batch 100 (msgs/s), as ratios to 1 worker; the CPU
-    split (each kpd process and the broker, core-seconds per 1,000 records) and each worker's
-    share of the work (from the delivery log's `node`), and the fixed cost: each process's CPU
-    over 10 s with nothing to do, after the pop phase;
+    split (each kpd process, with its librdkafka threads' part, and the broker, core-seconds per
+    1,000 records; the burst's from its due instant on, the wait before it apart) and each
+    worker's share of the work (from the delivery log's `node`); the burst's delay commits; and
+    the fixed cost: each process's CPU over 10 s with nothing to do, after the pop phase;
   * failover: SIGKILL of a sidecar under a steady due load, 2 sidecars with the broker's stock
     session timeout (6 s): time until the killed sidecar's shards deliver again, p50 and max;
   * takeover: the time from SIGKILL of a pop leader to the first pop answered by its standby,
