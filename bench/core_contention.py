@@ -1,6 +1,6 @@
 """What a CPU-second buys on this machine with one busy process, and with two side by side.
 
-    .venv/bin/python bench/core_contention.py [--rounds 3] [--units 400000]
+    .venv/bin/python bench/core_contention.py [--rounds 5] [--units 6000000]
 
 kpd's CPU per record rose from 1 to 2 worker processes even with no standby (BENCHMARKS.md,
 2026-11-28 09:14). If a core-second does less work while the other core is busy too (virtual
@@ -53,8 +53,8 @@ def side_by_side(units: int, processes: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--units", type=int, default=400_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--units", type=int, default=6_000_000)
     args = parser.parse_args()
     alone: list[float] = []
     paired: list[float] = []
