@@ -191,7 +191,9 @@ def _idle(sidecar: Sidecar, broker: int) -> tuple[list[float], float]:
     """What each worker process and the broker burn over IDLE_S with nothing to do, in cores."""
     cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
     time.sleep(IDLE_S)
-    workers = [(c - cpu0[p][0]) / IDLE_S for p, (c, _) in sorted(sidecar.cpu().items())]
+    workers = [
+        (c - cpu0.get(p, (0.0, 0.0))[0]) / IDLE_S for p, (c, _) in sorted(sidecar.cpu().items())
+    ]
     return workers, (process_cpu_s(broker) - broker0) / IDLE_S
 
 
@@ -307,12 +309,7 @@ def warm_up(url: str, group: str, topic: str) -> int:
     raise RuntimeError("no message popped within 60 s")
 
 
-def _cpu_split(
-    now: dict[int, tuple[float, float]],
-    before: dict[int, tuple[float, float]],
-    broker: float,
-    n: int,
-) -> str:
+def _cpu_split(now: WorkerCpu, before: WorkerCpu, broker: float, n: int) -> str:
     """Each worker's CPU per 1,000 records (in brackets, librdkafka's threads' part of it)."""
     per_k = [
         [(b - a) * 1000 / n for a, b in zip(before.get(p, (0.0, 0.0)), now[p], strict=True)]

@@ -23,6 +23,8 @@ RELOAD4J = (Artifact("ch.qos.reload4j", "reload4j", "1.2.25"),)
 SLF4J_RELOAD4J = (Artifact("org.slf4j", "slf4j-reload4j", "1.7.36"),)
 OLD_GROUP_COMMAND = "kafka.admin.ConsumerGroupCommand"
 NEW_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+# `kafka-configs` (client quotas): in the core jar of every supported release, 3.6 to 4.2.
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 
 # Tuned for fast tests on two cores: single-partition internal topics, no initial rebalance
 # delay, few threads, a small cleaner buffer (the 128 MiB default can exhaust a small heap), and

@@ -32,6 +32,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.broker_for_tests import broker_settings_from_env
+from devtools.kafka_release import CONFIG_COMMAND
 
 Headers = list[tuple[str, bytes]]
 
@@ -327,7 +328,7 @@ def fetch_quota(bootstrap: str, client_id: str, bytes_per_s: int) -> Iterator[No
 
     def configs(*change: str) -> None:
         result = subprocess.run(
-            [java, "-cp", release.classpath(), "kafka.admin.ConfigCommand",
+            [java, "-cp", release.classpath(), CONFIG_COMMAND,
              "--bootstrap-server", bootstrap, "--alter", *change,
              "--entity-type", "clients", "--entity-name", client_id],
             capture_output=True, text=True, timeout=120, check=False,
