@@ -176,6 +176,26 @@ def pop_ack_client(
     out.put(last)
 
 
+def pop_and_ack(url: str, group: str, topic: str, n: int) -> tuple[int, float]:
+    """4 client processes pop 100 at a time and ack, until n are acked (or 300 s passed): how
+    many were, in how many seconds until the last ack was answered."""
+    started = time.monotonic()
+    out: multiprocessing.Queue = multiprocessing.Queue()
+    counter = multiprocessing.Value("q", 0)
+    clients = [
+        multiprocessing.Process(
+            target=pop_ack_client, args=(url, group, topic, n, counter, started + 300, out)
+        )
+        for _ in range(4)
+    ]
+    for client in clients:
+        client.start()
+    last = max(out.get() for _ in clients)
+    for client in clients:
+        client.join()
+    return counter.value, last - started
+
+
 # -- workers ---------------------------------------------------------------------------------
 
 
@@ -261,23 +281,8 @@ def one_run(
         n_pop = n - warm_up(sidecar.url, group, topic)
         cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
         forwarded0, answered0 = sidecar.calls(FORWARDED), sidecar.calls(ANSWERED)
-        started = time.monotonic()
-        out: multiprocessing.Queue = multiprocessing.Queue()
-        counter = multiprocessing.Value("q", 0)
-        clients = [
-            multiprocessing.Process(
-                target=pop_ack_client,
-                args=(sidecar.url, group, topic, n_pop, counter, started + 300, out),
-            )
-            for _ in range(4)
-        ]
-        for client in clients:
-            client.start()
-        last = max(out.get() for _ in clients)
-        for client in clients:
-            client.join()
-        acked = counter.value
-        result["pop"] = acked / (last - started)
+        acked, seconds = pop_and_ack(sidecar.url, group, topic, n_pop)
+        result["pop"] = acked / seconds
         result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, acked)
         result["pop_share"] = LogCount(bootstrap, log, "delivered", topic, acked, 120).nodes
         result["pop_forwarded"] = dict(sidecar.calls(FORWARDED) - forwarded0)

@@ -8,6 +8,7 @@ from collections.abc import Hashable
 from delay_service import metrics
 from delay_service.schedules import Schedule, ScheduleIndex
 from foundation.clock import now_ms
+from foundation.metrics import observe_all
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.state_follower import stage_position
 from foundation.store import Batch, Store
@@ -70,8 +71,7 @@ class Step:
         """After the commit: lateness is measured when deliveries became visible, not when kpd
         stamped them."""
         visible = now_ms()
-        for due in self.delivered_due_ms:
-            metrics.LATENESS.observe((visible - due) / 1000)
+        observe_all(metrics.LATENESS, [(visible - due) / 1000 for due in self.delivered_due_ms])
         metrics.DELIVERED.inc(len(self.delivered_due_ms))
         metrics.SCHEDULED.inc(self.scheduled)
         metrics.CANCELLED.inc(self.cancelled)
