@@ -60,14 +60,19 @@ def _unpack(data: bytes) -> tuple[int, list[object]]:
     return decoded[1], decoded[2:]
 
 
-def _check(fields: list[object], types: tuple[type, ...], what: str) -> None:
-    ok = len(fields) == len(types) and all(
-        # bool is an int subclass; refuse it so True never reads as offset 1.
-        isinstance(v, t) and not (t is int and isinstance(v, bool))
-        for v, t in zip(fields, types, strict=False)
-    )
-    if not ok:
+def _check(fields: list[object], shapes: frozenset[tuple[type, ...]], what: str) -> None:
+    """The fields' exact types must be one of `shapes`: msgpack decodes to exact types, so a
+    bool (an int subclass) never reads as offset 1. One pass in C: a hot standby checks every
+    ack record of its shards (BENCHMARKS.md, 2026-11-28 15:00)."""
+    if tuple(map(type, fields)) not in shapes:
         raise InvalidStateRecord(f"malformed {what} record: {fields!r}")
+
+
+_CHECKPOINT_SHAPES = frozenset(
+    (str, str, int, int, int, offsets, list, int, int) for offsets in (int, list)
+)
+_SETTLED_SHAPES = frozenset({(str, str, int, int, int, int, int)})  # ack and deadline records
+_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 
 
 def _encode_offsets(offsets: Sequence[int]) -> int | list[int]:
@@ -199,7 +204,7 @@ def decode_record(data: bytes) -> StateRecord:
     """Decode any state record; ``InvalidStateRecord`` on anything else."""
     kind, f = _unpack(data)
     if kind == _KIND_CHECKPOINT:
-        _check(f, (str, str, int, int, int, int | list, list, int, int), "checkpoint")
+        _check(f, _CHECKPOINT_SHAPES, "checkpoint")
         offsets = _decode_offsets(f[4], f[5])
         counts = f[6]
         if len(offsets) != len(counts) or not offsets:
@@ -208,14 +213,13 @@ def decode_record(data: bytes) -> StateRecord:
             raise InvalidStateRecord("checkpoint record delivery counts must be ints")
         return CheckpointRecord(f[0], f[1], f[2], f[3], offsets, tuple(counts), f[7], f[8])
     if kind == _KIND_ACK:
-        _check(f, (str, str, int, int, int, int, int), "ack")
-        try:
-            outcome = Outcome(f[5])
-        except ValueError as exc:
-            raise InvalidStateRecord(f"unknown outcome {f[5]!r}") from exc
+        _check(f, _SETTLED_SHAPES, "ack")
+        outcome = _OUTCOMES.get(f[5])
+        if outcome is None:
+            raise InvalidStateRecord(f"unknown outcome {f[5]!r}")
         return AckRecord(f[0], f[1], f[2], f[3], f[4], outcome, f[6])
     if kind == _KIND_DEADLINE:
-        _check(f, (str, str, int, int, int, int, int), "deadline")
+        _check(f, _SETTLED_SHAPES, "deadline")
         return DeadlineRecord(*f)
     raise InvalidStateRecord(f"unknown state record kind {kind!r}")
 

@@ -3,6 +3,7 @@
 import copy
 import tracemalloc
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -354,6 +355,13 @@ def test_contiguous_checkpoint_record_is_compact():
         b"\x92\x01\x63",  # unknown kind 99
         b"\x99\x01\x02\xa1g\xa1t\x00\x01\x02\x04\x05",  # outcome 4
         b"\x99\x01\x02\xa1g\xa1t\x00\x01\xc3\x01\x05",  # offset True
+        b"\x99\x01\x02\xa1g\xa1t\x00\x01\x02\xc3\x05",  # outcome True (reads as 1)
+        msgpack.packb([1, 3, "g", "t", 0, 1, 2, 60.0, 5]),  # a deadline as a float
+        msgpack.packb([1, 3, "g", "t", 0, 1, 2, 60, 5, 6]),  # a deadline with a field too many
+        msgpack.packb([1, 1, "g", "t", 0, 1, 10, "3", [1, 1, 1], 5, 4]),  # offsets as a str
+        msgpack.packb([1, 1, "g", "t", 0, 1, 10, 3, [1, 1, 1], 5]),  # a field too few
+        msgpack.packb([1, 1, "g", "t", 0, 1, 10, 3, [1, True, 1], 5, 4]),  # a count True
+        msgpack.packb([1, 1, "g", b"t", 0, 1, 10, 3, [1, 1, 1], 5, 4]),  # a topic as bytes
         "a str",
         None,
     ],
