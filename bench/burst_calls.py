@@ -8,10 +8,12 @@ from one minute to the next (BENCHMARKS.md, 2026-11-28 11:50 section). Calls cou
 so: if two workers make more calls per record than one, kpd does more work per record; if not,
 the rise is in what each call costs. For each worker count, one `kpd run` on one broker, each
 worker's threads under cProfile (`bench/call_counting/`), the phases of `bench/scale.py`: ingest
-of n schedules, the drain of a burst of n due at one instant, pop+ack of n at batch 100. Printed:
-each phase's Python calls per record (all workers together; those the idle rate makes over the
-phase's length apart), and the functions whose calls per record changed most between the worker
-counts. The rates and CPU printed are under the profiler, so slower than `bench/scale.py`'s.
+of n schedules, a burst of n due at one instant (from once they are scheduled to the last
+delivery), pop+ack of n at batch 100. Printed: each phase's Python calls per record (all workers
+together; those the idle rate makes over the phase's length apart), and the functions whose
+calls per record changed most between the worker counts. The rates and CPU printed are under
+the profiler, so slower than `bench/scale.py`'s; a phase in which a worker so slowed was taken
+for silent and its shards moved is flagged (their work was redone).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from scale import (  # noqa: E402
     LogCount,
     Sidecar,
     _numbers,
+    _setting,
     create_target,
     create_topic,
     now_ms,
@@ -56,6 +59,8 @@ from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import process_cpu_s  # noqa: E402
 
 IDLE_S = 10.0
+# A worker the profiler slows may be taken for silent and its shards moved: their work is redone.
+TAKEOVERS = "kpd_early_takeovers_total"
 PHASES = ("ingest", "burst", "pop")
 TOP = 25
 
@@ -85,6 +90,7 @@ class Phase:
 
     def __init__(self, sidecar: Sidecar, folder: Path) -> None:
         self._sidecar, self._folder = sidecar, folder
+        self._takeovers = sidecar.metrics().get(TAKEOVERS, 0.0)
         self._calls, self._cpu, self._at = (
             calls(sidecar, folder),
             kpd_cpu(sidecar),
@@ -95,6 +101,7 @@ class Phase:
         cpu, seconds = kpd_cpu(self._sidecar) - self._cpu, time.monotonic() - self._at
         made = calls(self._sidecar, self._folder) - self._calls
         return {
+            "takeovers": self._sidecar.metrics().get(TAKEOVERS, 0.0) - self._takeovers,
             "per_record": Counter({f: c / records for f, c in made.items()}),
             "idle": idle_per_s * seconds / records,
             "cpu_per_k": cpu * 1000 / records,
@@ -103,12 +110,20 @@ class Phase:
 
 
 def one_run(
-    bootstrap: str, admin: AdminClient, workers: int, n: int, home: Path, caps: CpuCaps
+    bootstrap: str,
+    admin: AdminClient,
+    workers: int,
+    n: int,
+    home: Path,
+    caps: CpuCaps,
+    **settings: str,
 ) -> dict:
     folder = home / f"calls-{workers}"
     folder.mkdir()
     namespace = f"bench-calls-{uuid.uuid4().hex[:6]}"
-    sidecar = Sidecar(bootstrap, home / f"w{workers}", namespace, "s", workers=str(workers))
+    sidecar = Sidecar(
+        bootstrap, home / f"w{workers}", namespace, "s", workers=str(workers), **settings
+    )
     sidecar.env |= {
         "PYTHONPATH": str(ROOT / "bench" / "call_counting"),
         "BENCH_CALLS_DIR": str(folder),
@@ -134,8 +149,10 @@ def one_run(
         scheduled = LogCount(bootstrap, log, "scheduled", burst_target, n, 600)
         if scheduled.count != n or scheduled.last_ms >= due:
             raise RuntimeError("the burst was not all scheduled before its due time")
-        time.sleep(max(due - now_ms(), 0) / 1000)
+        # From before the due instant: the workers write their counts in turn, and with the
+        # snapshot taken at it 4 workers had begun the drain (a phase of 2.4 s, 15:37 UTC).
         burst = Phase(sidecar, folder)
+        time.sleep(max(due - now_ms(), 0) / 1000)
         rows = read_deliveries(bootstrap, burst_target, n, 600)
         if len(rows) != n:
             raise RuntimeError(f"{len(rows)} of {n} delivered")
@@ -174,6 +191,8 @@ def report(runs: dict[int, dict]) -> None:
                 f"({python:.1f} of Python functions), the idle rate over the phase's "
                 f"{p['seconds']:.1f} s {p['idle']:.1f}; profiled CPU {p['cpu_per_k']:.3f} core-s/1k"
             )
+            if p["takeovers"]:
+                print(f"    !! {p['takeovers']:.0f} early takeovers in the phase: work redone")
         base = runs[base_workers][phase]["per_record"]
         for workers, r in sorted(runs.items()):
             if workers == base_workers:
@@ -199,6 +218,15 @@ def main() -> int:
         metavar="CORES",
         help="cap each worker at this many cores (bench/cpu_cap.py; root)",
     )
+    parser.add_argument(
+        "--set",
+        dest="setting",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a kpd setting for every run, e.g. standby_schedules=next",
+    )
     args = parser.parse_args()
     with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -207,7 +235,13 @@ def main() -> int:
         runs = {}
         for workers in args.workers:
             runs[workers] = one_run(
-                bootstrap, admin, workers, args.n, home, CpuCaps(args.worker_cpu)
+                bootstrap,
+                admin,
+                workers,
+                args.n,
+                home,
+                CpuCaps(args.worker_cpu),
+                **dict(args.setting),
             )
             print(
                 f"{workers} worker(s) done at {time.strftime('%H:%M:%S', time.gmtime())} UTC",
