@@ -83,7 +83,7 @@ def observe_all(histogram: Histogram, amounts: Sequence[float]) -> None:
     """`histogram.observe(a)` for each of `amounts`, with one update of the sum and of each bucket
     touched. In multiprocess mode every update takes the process's metrics lock and writes a
     memory-mapped file: an observe cost 2.6 us against 1.2 in one process, and a delay step
-    delivers thousands of records (BENCHMARKS.md, 2026-11-28 15:00). prometheus_client has no
+    delivers thousands of records (BENCHMARKS.md, 2026-11-28 14:55). prometheus_client has no
     public call for many observations; this uses the `_sum`, `_buckets` and `_upper_bounds` its
     `observe` uses (tests/unit/test_observe_all.py holds it to `observe`'s results)."""
     if not amounts:
