@@ -56,7 +56,6 @@ from scale import (  # noqa: E402
 
 from bench.cpu_cap import CpuCaps  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
-from devtools.local_sidecar import process_cpu_s  # noqa: E402
 
 IDLE_S = 10.0
 # A worker the profiler slows may be taken for silent and its shards moved: their work is redone.
@@ -81,8 +80,8 @@ def calls(sidecar: Sidecar, folder: Path) -> Counter[str]:
     return total
 
 
-def kpd_cpu(sidecar: Sidecar) -> float:
-    return sum(process_cpu_s(pid) for pid in sidecar.worker_pids())
+def _workers_cpu(sidecar: Sidecar) -> float:
+    return sum(cpu for cpu, _ in sidecar.cpu().values())
 
 
 class Phase:
@@ -93,12 +92,12 @@ class Phase:
         self._takeovers = sidecar.metrics().get(TAKEOVERS, 0.0)
         self._calls, self._cpu, self._at = (
             calls(sidecar, folder),
-            kpd_cpu(sidecar),
+            _workers_cpu(sidecar),
             time.monotonic(),
         )
 
     def end(self, records: int, idle_per_s: float) -> dict:
-        cpu, seconds = kpd_cpu(self._sidecar) - self._cpu, time.monotonic() - self._at
+        cpu, seconds = _workers_cpu(self._sidecar) - self._cpu, time.monotonic() - self._at
         made = calls(self._sidecar, self._folder) - self._calls
         return {
             "takeovers": self._sidecar.metrics().get(TAKEOVERS, 0.0) - self._takeovers,

@@ -209,7 +209,7 @@ def decode_record(data: bytes) -> StateRecord:
         counts = f[6]
         if len(offsets) != len(counts) or not offsets:
             raise InvalidStateRecord("checkpoint record offsets and counts differ in length")
-        if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+        if not all(type(c) is int for c in counts):  # exact, as in `_check`: no bool
             raise InvalidStateRecord("checkpoint record delivery counts must be ints")
         return CheckpointRecord(f[0], f[1], f[2], f[3], offsets, tuple(counts), f[7], f[8])
     if kind == _KIND_ACK:
