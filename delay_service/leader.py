@@ -105,6 +105,7 @@ class DelayLeader:
         self._producers = ProducersInTurn(
             lambda txn_id: transactional_producer(self._producer_config, txn_id),
             settings.state_topic(f"delay-leader-{shard}"),
+            fencing=health.fencing,
         )
         self._reader = BufferReader(
             deps.client_config, settings.state_topic("delay"), shard, deps.ingest_turns,

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from foundation.config import Settings
 from foundation.record_size import message_limit
+
+# A partition just created answers "not leader" for a moment, and librdkafka does not mark that
+# answer to a watermark query retriable: 34 of 80 partitions queried right after their topic's
+# creation did (2026-11-28); a standby's catch-up failed on it and restarted.
+NOT_READY_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 REBOOTSTRAP_AFTER_MS = 10_000
 DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's default, below Kafka's default topic limit
@@ -110,3 +116,16 @@ def release_producer(producer: Producer) -> None:
     or failed for good has nothing it may send and raises: that is why its role stops, not news."""
     with contextlib.suppress(KafkaException):
         producer.flush(1)
+
+
+def partition_end(consumer: Consumer, tp: TopicPartition, deadline: float) -> int:
+    """The partition's end (for a read_committed consumer, the last stable offset), waiting out
+    a partition just created (`NOT_READY_YET`) and other retriable errors until `deadline`."""
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException as error:
+            passing = error.args[0].retriable() or error.args[0].code() in NOT_READY_YET
+            if not passing or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

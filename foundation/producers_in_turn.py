@@ -19,6 +19,7 @@ partition's offset, the one appended last, in whatever order their markers arriv
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from confluent_kafka import Producer
 
@@ -29,10 +30,15 @@ IDS = 2  # transactional ids per role: the next transaction's is never the one j
 
 class ProducersInTurn:
     def __init__(
-        self, make: Callable[[str], Producer], transactional_id: str, count: int = IDS
+        self,
+        make: Callable[[str], Producer],
+        transactional_id: str,
+        count: int = IDS,
+        fencing: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
-        """`make(transactional_id)` makes one producer; asked again by `renew`."""
-        self._make = make
+        """`make(transactional_id)` makes one producer; asked again by `renew`. Each
+        `init_transactions` runs inside `fencing()` (a role's `LoopHealth.fencing`)."""
+        self._make, self._fencing = make, fencing
         self.ids = [transactional_id] + [f"{transactional_id}.{n}" for n in range(1, count)]
         self._producers = [make(i) for i in self.ids]
         self._last = len(self._producers) - 1  # the index of the producer taken last
@@ -46,7 +52,8 @@ class ProducersInTurn:
         """Fence every older producer of these ids (a previous owner's) and abort what it left
         open; only then may this role write."""
         for producer in self._producers:
-            producer.init_transactions(timeout_s)
+            with self._fencing():
+                producer.init_transactions(timeout_s)
 
     def take(self) -> Producer:
         """The producer for the transaction about to begin."""

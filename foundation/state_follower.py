@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from foundation.kafka_clients import consume_ready, state_consumer
+from foundation.kafka_clients import consume_ready, partition_end, state_consumer
 from foundation.store import Batch, Store
 
 log = structlog.get_logger(__name__)
@@ -93,7 +93,10 @@ class StateFollower:
         """Apply records until every partition reaches its end as of now; the partitions still
         behind if `timeout_s` passed first."""
         deadline = time.monotonic() + timeout_s
-        ends = {(tp.topic, tp.partition): self._end(tp, deadline) for tp in self._assignment}
+        ends = {
+            (tp.topic, tp.partition): partition_end(self._consumer, tp, deadline)
+            for tp in self._assignment
+        }
         # Until its first fetch a partition's position is invalid (< 0): start from the offset
         # it was assigned at (0 for "from the beginning").
         start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in self._assignment}
@@ -111,17 +114,6 @@ class StateFollower:
 
     def close(self) -> None:
         self._consumer.close()
-
-    def _end(self, tp: TopicPartition, deadline: float) -> int:
-        """The partition's end (for this read_committed consumer, the last stable offset); a
-        partition just created answers "not leader" for a moment."""
-        while True:
-            try:
-                return int(self._consumer.get_watermark_offsets(tp, timeout=10)[1])
-            except KafkaException as error:
-                if not error.args[0].retriable() or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
 
     def _stored_offset(self, topic: str, partition: int) -> int:
         data = self._store.get(OFFSETS_CF, _offset_key(topic, partition))

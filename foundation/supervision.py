@@ -17,7 +17,8 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import structlog
@@ -52,6 +53,8 @@ class LoopHealth:
         self.last_failure: str | None = None
         self.thread_id: int | None = None  # the thread running the loop, for a stack when stalled
         self.stop_requested = False  # set by the supervisor's stop (`beat_unless_stopping`)
+        self.released = False  # set by the supervisor's release: the shard is another's now
+        self.in_fence = False  # inside `fencing`: an init_transactions may still fence others
 
     @property
     def name(self) -> str:
@@ -67,6 +70,23 @@ class LoopHealth:
         self.beat()
         if self.stop_requested:
             raise StopRequested(self.name)
+
+    @contextmanager
+    def fencing(self) -> Iterator[None]:
+        """Around each `init_transactions` of the loop's role, which fences whoever used its
+        transactional id before. A role asked to stop or released (its shard is another
+        member's now) must not begin one: it would fence the shard's next owner, whose roles
+        then fail at their first commit and restart (a pop role stopped while starting did so,
+        BENCHMARKS.md, 2026-11-28 21:40). One already sent cannot be called back: `in_fence`
+        shows it, and the group's revoke waits it out (`Conductor.await_released`). Marked
+        before the check, so a waiter that sees neither the mark nor the call has missed none."""
+        self.in_fence = True
+        try:
+            if self.stop_requested or self.released:
+                raise StopRequested(self.name)
+            yield
+        finally:
+            self.in_fence = False
 
     def handling(self, topic: str, partition: int, offset: int) -> None:
         # Called per record: kept as a tuple, spelled out only when a log names it.
@@ -149,6 +169,7 @@ class Supervisor:
         if not isinstance(role, HandsOver):
             return False
         self._released.set()
+        self.health.released = True
         role.hand_over()
         return True
 

@@ -31,6 +31,10 @@ FORWARDED = Counter(
     "leases, reject, stats)",
     ["call"],
 )
+PARTIAL_POPS = Counter(
+    "kpd_pop_partial_total",
+    "Pops answered with what some shards leased because another shard's pop service failed",
+)
 ARRIVAL_WAKES = Counter(
     "kpd_pop_arrival_wakes_total",
     "Pop services woken at once because records arrived for a parked long poll",

@@ -7,13 +7,14 @@ and a standby start there, and everything below it can age out of the topic.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from foundation.kafka_clients import consume_ready, state_consumer
+from foundation.kafka_clients import consume_ready, partition_end, state_consumer
 from revive.pop_state import PopState
 from revive.records import InvalidStateRecord, StateRecord, unpack_batch
 
@@ -74,10 +75,8 @@ class PopStateReader:
 
     def replay_to_end(self, state: PopState, beat: Callable[[], None]) -> int:
         """Apply every record up to the partitions' ends as of now; how many were read."""
-        ends = {
-            tp.partition: self.consumer.get_watermark_offsets(tp, timeout=self._timeout_s)[1]
-            for tp in self._partitions
-        }
+        deadline = time.monotonic() + self._timeout_s
+        ends = {tp.partition: partition_end(self.consumer, tp, deadline) for tp in self._partitions}
         start = {tp.partition: max(tp.offset, 0) for tp in self._partitions}
         count = 0
         while True:

@@ -85,6 +85,7 @@ class PopService:
         self._producers = ProducersInTurn(
             lambda txn_id: transactional_producer(deps.producer_config, txn_id),
             settings.state_topic(f"pop-leader-{shard}"),
+            fencing=health.fencing,
         )
         self._reader = OffsetReader(deps.client_config, self._timeout_s)
         self._floor = PopStateReader(

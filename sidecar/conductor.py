@@ -24,16 +24,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import structlog
-from confluent_kafka import KafkaException
 
 from delay_service.schedules import Freshness
 from foundation.metrics import IS_LEADER, SHARD_LEADER, SHARD_STANDBY
-from foundation.state_follower import StateFollower
 from foundation.supervision import LoopHealth, Role, Supervisor, Watchdog
-from revive.metrics import STANDBY_CHECKPOINTS
-from revive.pop_follower import PopFollower
-from revive.replay import PopStateReader
 from revive.service import PopService
+from sidecar.standby import Standby
 
 log = structlog.get_logger(__name__)
 
@@ -41,8 +37,6 @@ STOP_TIMEOUT_S = 30.0
 # How long a shard's old delay role may deliver after the group moved the shard: the new owner's
 # reading before its fence, with room (about 60,000 schedule records a second on 2 cores).
 HANDOVER_S = 120.0
-STANDBY_WAIT_S = 0.1  # a standby step's wait for schedule records when none have come
-RELEASED_EVERY_S = 2.0  # how often the standby forgets checkpoints their leaders released
 STANDBY = -1  # the standby's "shard" in metrics and logs: it serves all the others
 Make = Callable[[int, LoopHealth], Role]
 Shards = frozenset[int]
@@ -52,53 +46,6 @@ class RunningStandby(NamedTuple):
     supervisor: Supervisor
     follows: Shards  # the shards whose pop state it keeps
     keeps: Shards  # the shards whose schedules it applies to the index
-
-
-class Standby:
-    """Follows shards led elsewhere: their schedules into RocksDB (those of every shard not led
-    here, or with `standby_schedules = "next"` those it would take over next), the pop state of
-    those it would take over next into memory (`revive.pop_follower`)."""
-
-    def __init__(
-        self,
-        follower: StateFollower,
-        pops: tuple[PopFollower, PopStateReader, frozenset[int]],
-        health: LoopHealth,
-    ) -> None:
-        self._follower, self._health = follower, health
-        self._pops, self._reader, self._shards = pops
-        self._released_at = 0.0
-
-    def start(self) -> None:
-        self._follower.assign()  # from the stored positions (a former leader stored its own)
-        self._pops.follow(self._reader, self._shards)
-        self._follower.catch_up(timeout_s=300, beat=self._health.beat_unless_stopping)
-
-    def step(self) -> None:
-        # The wait is on the schedules: a POST answered here waits until this index shows its
-        # schedule. While it waited on the pop state too, half the step, such a POST took 50 ms
-        # at p50 against 16 at the shard's owner; the pop state only has to be ready for a
-        # takeover, so it takes what has come, once a step.
-        self._follower.poll_once(STANDBY_WAIT_S)
-        self._pops.apply(self._reader, 0)
-        self._pops.positions(self._reader)
-        if time.monotonic() - self._released_at >= RELEASED_EVERY_S:
-            self._released_at = time.monotonic()
-            self._forget_released()
-
-    def _forget_released(self) -> None:
-        """Housekeeping that may skip a round: a failed look at the replay floors (the group
-        coordinator moving while the broker restarts, Kafka away) waits for the next one. It
-        restarted the whole standby 11 times in 10 broker restarts (BENCHMARKS.md, 2026-11-26
-        17:03), each time reading the followed partitions again."""
-        try:
-            STANDBY_CHECKPOINTS.set(self._pops.forget_released(self._reader))
-        except KafkaException as error:
-            log.warning("released checkpoints not looked up this round", error=str(error))
-
-    def close(self) -> None:
-        self._follower.close()
-        self._reader.close()
 
 
 class Conductor:
@@ -126,6 +73,7 @@ class Conductor:
         # the start of every shard newly given here while the conductor waited for it
         # (BENCHMARKS.md, 2026-11-26 20:17); now only its own shard waits, if it comes back.
         self._stopping: dict[int, list[tuple[Supervisor, float]]] = {}
+        self._reconciles = 0  # how many reconciles have ended (`await_released` counts them)
 
     @property
     def led(self) -> frozenset[int]:
@@ -137,7 +85,8 @@ class Conductor:
         self._claimed = owned
         self._end_handovers()
         for shard in sorted(owned & self._handing_over.keys()):  # moved back: start afresh
-            self._retire(shard, self._handing_over.pop(shard)[0])
+            self._retire(shard, self._handing_over[shard][0])
+            del self._handing_over[shard]
         self._forget_stopped()
         for shard in owned ^ self.led:
             SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
@@ -166,6 +115,41 @@ class Conductor:
                 for name, make in self._roles.items()
             }
             log.info("leading", shard=shard)
+        self._reconciles += 1
+
+    def await_released(
+        self, shards: Shards, timeout_s: float, wake: Callable[[], object] = lambda: None
+    ) -> bool:
+        """Called by the group's revoke of `shards` (`Membership`, before this worker rejoins and
+        the group can give them to another): wait until a reconcile has seen the revoke, so no
+        role of theirs begins a fence any more (`LoopHealth.fencing`), and none is inside one,
+        up to `timeout_s` (one `init_transactions`' bound); False if the wait ran out. Kafka
+        Streams likewise closes a revoked task before it rejoins. Else an old role's fence sent
+        late, a pop role's still starting, could land after the new owner's and fail its first
+        commit. Two reconciles: the one running may have read the owned shards before the
+        revoke, and may even start their roles (a CI run's worker did, 0.5 s after the revoke);
+        `wake` starts the second at once (the conductor's loop waits up to 0.1 s otherwise)."""
+        deadline = time.monotonic() + timeout_s
+        seen = self._reconciles + 2
+        woken = False
+        while self._reconciles < seen or any(map(self._in_fence, shards)):
+            if not woken and self._reconciles == seen - 1:
+                woken = True
+                wake()
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def _in_fence(self, shard: int) -> bool:
+        """Is a role of `shard` here inside an `init_transactions`? (Called from the group's
+        thread: reads one reference at a time, and copies before it iterates. The conductor
+        puts a role in its next place before it takes it out of the last, so none is missed.)"""
+        roles = list(self._led.get(shard, {}).values())
+        handing_over = self._handing_over.get(shard)
+        roles += [handing_over[0]] if handing_over is not None else []
+        roles += [supervisor for supervisor, _ in list(self._stopping.get(shard, []))]
+        return any(supervisor.health.in_fence for supervisor in roles)
 
     def leave(self, timeout_s: float, others: Callable[[], bool]) -> None:
         """This worker left the group: its shards' delay roles deliver until their new owners
@@ -241,11 +225,12 @@ class Conductor:
         a new owner whose index did not follow a shard reads it before it fences (`DelayLeader
         .start`), and the shard delivers meanwhile. Every other role is asked to stop now."""
         for shard in sorted(shards):
-            for supervisor in self._led.pop(shard).values():
+            for supervisor in self._led[shard].values():
                 if supervisor.release():
                     self._handing_over[shard] = (supervisor, until)
                 else:
                     self._retire(shard, supervisor)
+            del self._led[shard]  # only now: `_in_fence` finds each role in one place or another
             log.info("stopped leading", shard=shard, handing_over=shard in self._handing_over)
 
     def _end_handovers(self) -> None:
@@ -254,8 +239,8 @@ class Conductor:
         for shard, (supervisor, until) in list(self._handing_over.items()):
             fenced = supervisor.ended  # read before the stop, which ends it either way
             if fenced or now >= until:
-                del self._handing_over[shard]
                 self._retire(shard, supervisor)
+                del self._handing_over[shard]
                 log.info("handover ended", shard=shard, fenced=fenced)
 
     def _retire(self, shard: int, supervisor: Supervisor) -> None:

@@ -14,12 +14,14 @@ each shard's roles (one fixed transactional.id per shard and role) do, because a
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
 log = structlog.get_logger(__name__)
@@ -65,6 +67,10 @@ class Membership:
         self._subscribed = False
         self.assigned_once = False  # the group has answered: shard owners are known
         self.changed = threading.Event()  # set on every change of `owned`
+        # Called with the shards a rebalance takes away, before this worker rejoins (the group
+        # gives them to another member only then): the process waits there until no role of
+        # theirs may fence their next owner any more (`Conductor.await_released`).
+        self.on_revoked: Callable[[frozenset[int]], bool] = lambda _: True
 
     def start(self) -> None:
         self._thread.start()
@@ -85,6 +91,12 @@ class Membership:
             url = member.client_id[len(CLIENT_PREFIX) :]
             found.append(Member(member.member_id, url, shards))
         return found
+
+    def stable(self, description: ConsumerGroupDescription) -> bool:
+        """Is the group between rebalances? While one prepares, the coordinator describes the
+        members with the shards they held before it: a member just joined holds none, while
+        the others still hold every shard."""
+        return bool(description.state == ConsumerGroupState.STABLE)
 
     def stop(self) -> None:
         """Leave the group (hands the shards over at once) after giving them up here."""
@@ -120,7 +132,16 @@ class Membership:
         self._set(self.owned | {tp.partition for tp in partitions})
 
     def _revoked(self, _: Consumer, partitions: list[TopicPartition]) -> None:
-        self._set(self.owned - {tp.partition for tp in partitions})
+        revoked = frozenset(tp.partition for tp in partitions)
+        self._set(self.owned - revoked)
+        if not revoked or self._stop.is_set():  # stopping: the conductor waits for this thread
+            return
+        began = time.monotonic()
+        released = self.on_revoked(revoked)
+        waited_ms = round((time.monotonic() - began) * 1000)
+        log.info("revoked shards released", shards=sorted(revoked), waited_ms=waited_ms)
+        if not released:
+            log.warning("revoked shards' roles still fencing; rejoining", shards=sorted(revoked))
 
     def _lost(self, _: Consumer, partitions: list[TopicPartition]) -> None:
         self._set(frozenset())

@@ -257,6 +257,10 @@ class Sidecar:
             self.watchdog, {"delay": roles.delay, "pop": roles.pop}, roles.standby,
             roles.schedules_kept,
         )  # fmt: skip
+        conductor, membership = self._conductor, self.membership
+        self.membership.on_revoked = lambda shards: conductor.await_released(
+            shards, s.kafka_timeout_ms / 1000, wake=membership.changed.set
+        )
         clock.start()
         self.membership.paused = True  # until the clock is measured
         self.membership.start()

@@ -18,8 +18,8 @@ from foundation.supervision import LoopHealth
 from revive.pop_follower import PopFollower
 from revive.replay import PopStateReader
 from revive.service import PopDeps, PopService
-from sidecar.conductor import Standby
 from sidecar.owners import Owners
+from sidecar.standby import Standby
 
 Shards = frozenset[int]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from foundation.supervision import LoopHealth
+
 
 class SteppingRole:
     """Steps quietly until `fenced` is set, then fails as a fenced producer would."""
@@ -13,6 +15,7 @@ class SteppingRole:
         self.name, self.shard = name, shard
         self.fenced = threading.Event()
         self.closed = False
+        self.health = LoopHealth(name, shard)  # the supervisor's, where its make passes it
 
     def start(self) -> None:
         pass
@@ -47,3 +50,19 @@ class HeldRole(HandingRole):
 
     def start(self) -> None:
         assert self.may_start.wait(5)
+
+
+class FencingRole(HandingRole):
+    """Starts as a pop service or delay leader does: it fences its two transactional ids one at
+    a time (`ProducersInTurn.init_transactions`), each init held until the test lets it end."""
+
+    def __init__(self, name: str = "role", shard: int = 0) -> None:
+        super().__init__(name, shard)
+        self.fences_begun = 0
+        self.may_end_fence = threading.Event()
+
+    def start(self) -> None:
+        for _ in range(2):
+            with self.health.fencing():
+                self.fences_begun += 1
+                assert self.may_end_fence.wait(5)

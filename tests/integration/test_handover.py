@@ -84,6 +84,8 @@ def test_shards_moving_to_a_sidecar_and_back_keep_delivering(
         # Not waiting for c to be ready: it joins the group with an empty index, still reading.
         c = sidecar_factory("c", shards=str(SHARDS)).start(ready=False)
         wait_for(lambda: len(shards_led(c)) == 1 == len(led_shards(a)), 60, "c takes a shard")
+        # a rejoined only once no role of the moved shard could still fence c's.
+        assert "revoked shards released" in a.log_path.read_text()
         # Stopped as its delay role reaches the fence: the release lands just before it (the
         # role ends, a delivers on) or in the start's reading after it, where a role stopped
         # outright left the shard with no writer for 1.4 s in a CI run; released, it finishes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from contextlib import nullcontext
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -12,6 +13,7 @@ from kafka_helpers import TopicReader, unique
 
 from foundation.kafka_clients import transactional_producer
 from foundation.producers_in_turn import ProducersInTurn
+from foundation.supervision import LoopHealth, StopRequested
 from foundation.transactions import RecordsRefused, RefusalUnknown, Transaction
 
 LIMIT = 2_000  # the topic's max.message.bytes: the broker refuses bigger batches
@@ -157,9 +159,10 @@ def test_an_untracked_step_failed_before_its_offsets_are_sent_asks_for_a_tracked
         assert reader.read_for(1.0) == []
 
 
-def in_turn(bootstrap: str, txn_id: str) -> ProducersInTurn:
+def in_turn(bootstrap: str, txn_id: str, health: LoopHealth | None = None) -> ProducersInTurn:
     config = {"bootstrap.servers": bootstrap}
-    return ProducersInTurn(lambda i: transactional_producer(config, i), txn_id)
+    fencing = health.fencing if health is not None else nullcontext
+    return ProducersInTurn(lambda i: transactional_producer(config, i), txn_id, fencing=fencing)
 
 
 def test_producers_in_turn_run_each_transaction_on_the_other_id_and_keep_the_last_offsets(
@@ -206,3 +209,29 @@ def test_a_new_owner_fences_every_id_of_the_role(kafka_bootstrap: str, new_topic
         assert fenced.value.args[0].fatal()
     with TopicReader(kafka_bootstrap, topic) as reader:
         assert reader.read_for(1.0) == []
+
+
+@pytest.mark.parametrize("told", ["stop_requested", "released"])
+def test_a_role_told_to_go_before_its_fence_leaves_the_next_owner_writing(
+    kafka_bootstrap: str, new_topic, told: str
+) -> None:
+    """A role asked to stop, or released (its shard is another member's now), before its
+    start's `init_transactions` never sends it: the shard's next owner, which fenced the ids
+    meanwhile, commits on every one of them (a pop role stopped while starting used to fence
+    it, and the new owner's first commit failed)."""
+    topic, txn_id = new_topic("txn"), unique("txn")
+    health = LoopHealth("pop", 0)
+    old = in_turn(kafka_bootstrap, txn_id, health)
+    new = in_turn(kafka_bootstrap, txn_id)
+    new.init_transactions(30)
+    setattr(health, told, True)
+    with pytest.raises(StopRequested):
+        old.init_transactions(30)
+    assert not health.in_fence
+    for n in range(2):  # one transaction on each id
+        step = Transaction(new, 30)
+        step.produce(topic, None, f"owner {n}".encode())
+        step.commit()
+    with TopicReader(kafka_bootstrap, topic) as reader:
+        values = [m.value() for m in reader.read_count(2, 30)]
+    assert values == [b"owner 0", b"owner 1"]

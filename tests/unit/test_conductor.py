@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from kafka_helpers import wait_for
-from role_helpers import HandingRole, HeldRole, SteppingRole
+from role_helpers import FencingRole, HandingRole, HeldRole, SteppingRole
 
 from delay_service.schedules import Freshness
 from foundation.supervision import LoopHealth, Watchdog
@@ -53,8 +53,9 @@ class Fixture:
     def _maker(
         self, kind: type[SteppingRole], name: str
     ) -> Callable[[int, LoopHealth], SteppingRole]:
-        def make(shard: int, _: LoopHealth) -> SteppingRole:
+        def make(shard: int, health: LoopHealth) -> SteppingRole:
             self.made.append(kind(name, shard))
+            self.made[-1].health = health
             return self.made[-1]
 
         return make
@@ -375,4 +376,56 @@ def test_the_standby_takes_a_shard_only_once_its_old_role_ended(monkeypatch) -> 
 
     wait_for(followed, 5, "the standby follows shard 1 once its old role ended")
     assert delay.closed
+    f.conductor.stop()
+
+
+def test_a_revoke_waits_out_the_fence_in_flight_and_no_other_begins() -> None:
+    """The group's revoke of a shard returns (and the worker rejoins, letting the group give the
+    shard to another) only once a reconcile here has seen it and no role of the shard is inside
+    an `init_transactions`: a fence sent late would land after the next owner's and fail its
+    first commit. The pop role, asked to stop, never fences its second id."""
+    f = Fixture(pop_kind=FencingRole)
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())
+    (pop,) = f.running("pop", 1)
+    assert isinstance(pop, FencingRole)
+    wait_for(lambda: pop.fences_begun == 1 and pop.health.in_fence, 5, "its first fence sent")
+    answers: list[bool] = []
+    revoke = threading.Thread(
+        target=lambda: answers.append(f.conductor.await_released(frozenset({1}), 5))
+    )
+    revoke.start()
+    for _ in range(2):  # the conductor's loop sees the revoke
+        f.conductor.reconcile(frozenset({0}), frozenset())
+    revoke.join(0.3)
+    assert revoke.is_alive() and answers == []  # the fence is still in flight
+    pop.may_end_fence.set()
+    revoke.join(5)
+    assert answers == [True]
+    wait_for(lambda: pop.closed, 5, "the pop role ended")
+    assert pop.fences_begun == 1
+    (other,) = f.running("pop", 0)
+    assert isinstance(other, FencingRole) and other.fences_begun == 1  # shard 0 is still led
+    other.may_end_fence.set()
+    f.conductor.stop()
+
+
+def test_a_revoke_without_a_fence_in_flight_waits_for_two_reconciles() -> None:
+    """The reconcile running when the revoke came may have read the owned shards before it, and
+    even started their roles; the next one tells them to go, and `wake` starts it at once."""
+    f = Fixture()
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())
+    wait_for(f.started, 5, "roles started")
+    answers: list[bool] = []
+    woken = threading.Event()
+    revoke = threading.Thread(
+        target=lambda: answers.append(f.conductor.await_released(frozenset({1}), 5, wake=woken.set))
+    )
+    revoke.start()
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())  # it read the shards before
+    assert woken.wait(5)  # the conductor's loop is to reconcile again now
+    revoke.join(0.3)
+    assert answers == []
+    f.conductor.reconcile(frozenset({0}), frozenset())
+    revoke.join(5)
+    assert answers == [True]
     f.conductor.stop()

@@ -38,11 +38,14 @@ class AskedMembership:
         self.asked.append((future, admin, request_timeout_s))
         return future
 
-    def members(self, description: list[Member]) -> list[Member]:
-        return description
+    def members(self, description: tuple[list[Member], bool]) -> list[Member]:
+        return description[0]
 
-    def answer(self, i: int, members: list[Member]) -> None:
-        self.asked[i][0].set_result(members)
+    def stable(self, description: tuple[list[Member], bool]) -> bool:
+        return description[1]
+
+    def answer(self, i: int, members: list[Member], stable: bool = True) -> None:
+        self.asked[i][0].set_result((members, stable))
 
     def clients(self) -> list[object]:
         return [admin for _, admin, _ in self.asked]
@@ -182,17 +185,26 @@ def test_a_member_is_settled_once_every_shard_is_led_and_the_view_shows_what_it_
     owners.tick()
     assert owners.settled("http://a", frozenset({0, 1, 2}), 3)
     assert not owners.settled("http://b", frozenset(), 3)  # b is not in the group yet
-    # b joined: the cooperative rebalance's first round takes shard 1 from a, gives b nothing.
+    # b joined: while the rebalance prepares, the group shows what a and b held before it.
+    preparing = [
+        Member("id-a", "http://a", frozenset({0, 1, 2})),
+        Member("id-b", "http://b", frozenset()),
+    ]
+    clock.now += 1
+    membership.answer(1, preparing, stable=False)
+    owners.tick()
+    assert not owners.settled("http://b", frozenset(), 3)
+    # The cooperative rebalance's first round takes shard 1 from a, gives b nothing.
     first_round = [
         Member("id-a", "http://a", frozenset({0, 2})),
         Member("id-b", "http://b", frozenset()),
     ]
     clock.now += 1
-    membership.answer(1, first_round)
+    membership.answer(2, first_round)
     owners.tick()
     assert not owners.settled("http://b", frozenset(), 3)
     clock.now += 1
-    membership.answer(2, [Member("id-a", "http://a", frozenset({0, 2})), B])
+    membership.answer(3, [Member("id-a", "http://a", frozenset({0, 2})), B])
     owners.tick()
     assert not owners.settled("http://b", frozenset(), 3)  # not taken here yet
     assert owners.settled("http://b", frozenset({1}), 3)

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from foundation.shards import ShardMap
 from revive.metrics import STANDBY_CHECKPOINTS
 from revive.pop_follower import PopFollower
-from sidecar.conductor import Standby
+from sidecar.standby import Standby
 
 
 class QuietFollower:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from kafka_helpers import wait_for
-from role_helpers import HandingRole, SteppingRole
+from role_helpers import FencingRole, HandingRole, SteppingRole
 
 from foundation import supervision
 from foundation.metrics import LEADER_RESTARTS, LOOP_STALLED
@@ -206,3 +207,26 @@ def test_stopping_a_role_still_starting_does_not_wait_for_its_start() -> None:
     assert time.monotonic() - began < 1  # at its next beat, not after its minute of reading
     assert made[0].closed and len(made) == 1
     assert restarts("slow", "9", "StopRequested") == before  # a stop is no failure
+
+
+@pytest.mark.parametrize("tell", ["request_stop", "release"])
+def test_a_role_told_to_go_while_fencing_begins_no_other_fence(tell: str) -> None:
+    """Asked to stop, or released to another member, a role whose start is inside its first
+    `init_transactions` finishes that one (it cannot be called back) and begins no other: it
+    would fence the shard's next owner. `in_fence` shows the one in flight meanwhile."""
+    made: list[FencingRole] = []
+
+    def make(health: LoopHealth) -> FencingRole:
+        made.append(FencingRole("pop", 3))
+        made[-1].health = health
+        return made[-1]
+
+    supervisor = Supervisor(LoopHealth("pop", 3), make)
+    supervisor.start()
+    wait_for(lambda: made and made[0].fences_begun == 1, 5, "its first fence sent")
+    assert supervisor.health.in_fence
+    getattr(supervisor, tell)()
+    made[0].may_end_fence.set()
+    wait_for(lambda: supervisor.ended, 5, "the role ended")
+    assert made[0].fences_begun == 1 and len(made) == 1
+    assert not supervisor.health.in_fence

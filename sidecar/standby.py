@@ -1,0 +1,72 @@
+"""The standby of a worker: it follows the shards led elsewhere, so a takeover starts hot.
+
+It applies their schedules to this worker's RocksDB index (those of every shard not led here, or
+with `standby_schedules = "next"` those it would take over next), and the pop state of the shards
+it would take over next to memory (`revive.pop_follower`). `sidecar.conductor` starts it, and
+restarts it whenever the shards to follow or to leave alone change.
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+from confluent_kafka import KafkaException
+
+from foundation.state_follower import StateFollower
+from foundation.supervision import LoopHealth
+from revive.metrics import STANDBY_CHECKPOINTS
+from revive.pop_follower import PopFollower
+from revive.replay import PopStateReader
+
+log = structlog.get_logger(__name__)
+
+STANDBY_WAIT_S = 0.1  # a standby step's wait for schedule records when none have come
+RELEASED_EVERY_S = 2.0  # how often the standby forgets checkpoints their leaders released
+
+
+class Standby:
+    """Follows shards led elsewhere: their schedules into RocksDB (those of every shard not led
+    here, or with `standby_schedules = "next"` those it would take over next), the pop state of
+    those it would take over next into memory (`revive.pop_follower`)."""
+
+    def __init__(
+        self,
+        follower: StateFollower,
+        pops: tuple[PopFollower, PopStateReader, frozenset[int]],
+        health: LoopHealth,
+    ) -> None:
+        self._follower, self._health = follower, health
+        self._pops, self._reader, self._shards = pops
+        self._released_at = 0.0
+
+    def start(self) -> None:
+        self._follower.assign()  # from the stored positions (a former leader stored its own)
+        self._pops.follow(self._reader, self._shards)
+        self._follower.catch_up(timeout_s=300, beat=self._health.beat_unless_stopping)
+
+    def step(self) -> None:
+        # The wait is on the schedules: a POST answered here waits until this index shows its
+        # schedule. While it waited on the pop state too, half the step, such a POST took 50 ms
+        # at p50 against 16 at the shard's owner; the pop state only has to be ready for a
+        # takeover, so it takes what has come, once a step.
+        self._follower.poll_once(STANDBY_WAIT_S)
+        self._pops.apply(self._reader, 0)
+        self._pops.positions(self._reader)
+        if time.monotonic() - self._released_at >= RELEASED_EVERY_S:
+            self._released_at = time.monotonic()
+            self._forget_released()
+
+    def _forget_released(self) -> None:
+        """Housekeeping that may skip a round: a failed look at the replay floors (the group
+        coordinator moving while the broker restarts, Kafka away) waits for the next one. It
+        restarted the whole standby 11 times in 10 broker restarts (BENCHMARKS.md, 2026-11-26
+        17:03), each time reading the followed partitions again."""
+        try:
+            STANDBY_CHECKPOINTS.set(self._pops.forget_released(self._reader))
+        except KafkaException as error:
+            log.warning("released checkpoints not looked up this round", error=str(error))
+
+    def close(self) -> None:
+        self._follower.close()
+        self._reader.close()
