@@ -149,7 +149,7 @@ class DelayLeader:
         try:
             follower.assign()
             follower.approach(timeout_s=CATCH_UP_S, beat=self._beat_unless_released)
-            self._beat_unless_released()
+            # Given away meanwhile, `LoopHealth.fencing` ends the start here, fencing nobody.
             self._producers.init_transactions(self._timeout_s)
             follower.catch_up(timeout_s=CATCH_UP_S, beat=self._health.beat_unless_stopping)
         finally:

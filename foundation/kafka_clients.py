@@ -118,12 +118,14 @@ def release_producer(producer: Producer) -> None:
         producer.flush(1)
 
 
-def partition_end(consumer: Consumer, tp: TopicPartition, deadline: float) -> int:
+def partition_end(
+    consumer: Consumer, tp: TopicPartition, deadline: float, call_timeout_s: float
+) -> int:
     """The partition's end (for a read_committed consumer, the last stable offset), waiting out
     a partition just created (`NOT_READY_YET`) and other retriable errors until `deadline`."""
     while True:
         try:
-            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+            return int(consumer.get_watermark_offsets(tp, timeout=call_timeout_s)[1])
         except KafkaException as error:
             passing = error.args[0].retriable() or error.args[0].code() in NOT_READY_YET
             if not passing or time.monotonic() > deadline:

@@ -94,7 +94,7 @@ class StateFollower:
         behind if `timeout_s` passed first."""
         deadline = time.monotonic() + timeout_s
         ends = {
-            (tp.topic, tp.partition): partition_end(self._consumer, tp, deadline)
+            (tp.topic, tp.partition): partition_end(self._consumer, tp, deadline, 10)
             for tp in self._assignment
         }
         # Until its first fetch a partition's position is invalid (< 0): start from the offset

@@ -149,7 +149,6 @@ class Supervisor:
         self.health = health
         self._make = make
         self._stop = threading.Event()
-        self._released = threading.Event()
         self._thread = threading.Thread(target=self._run, name=health.name, daemon=True)
         self.role: Role | None = None  # the running instance, once started
         self._starting: Role | None = None  # the instance made, started or not
@@ -168,7 +167,6 @@ class Supervisor:
         role = self._starting
         if not isinstance(role, HandsOver):
             return False
-        self._released.set()
         self.health.released = True
         role.hand_over()
         return True
@@ -212,7 +210,7 @@ class Supervisor:
             except StopRequested:
                 return
             except Exception as error:
-                if self._released.is_set():
+                if self.health.released:
                     log.info(
                         "handed over", role=health.role, shard=health.shard,
                         reason=failure_reason(error),

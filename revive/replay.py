@@ -76,7 +76,10 @@ class PopStateReader:
     def replay_to_end(self, state: PopState, beat: Callable[[], None]) -> int:
         """Apply every record up to the partitions' ends as of now; how many were read."""
         deadline = time.monotonic() + self._timeout_s
-        ends = {tp.partition: partition_end(self.consumer, tp, deadline) for tp in self._partitions}
+        ends = {
+            tp.partition: partition_end(self.consumer, tp, deadline, self._timeout_s)
+            for tp in self._partitions
+        }
         start = {tp.partition: max(tp.offset, 0) for tp in self._partitions}
         count = 0
         while True:

@@ -81,8 +81,8 @@ class Owners(PeriodicThread):
                 log.debug("cannot list shard owners", error=repr(error))
             elif asked_at > self._asked_at:
                 description = future.result()
-                self.stable = self._membership.stable(description)
-                self._show(self._membership.members(description), asked_at)
+                stable = self._membership.stable(description)
+                self._show(self._membership.members(description), stable, asked_at)
         OWNERS_VIEW_AGE.set(self.stale_s())
         LEADERLESS.set(self.leaderless_s())
 
@@ -115,8 +115,9 @@ class Owners(PeriodicThread):
             return None
         return members[mine[0] - 1]
 
-    def _show(self, members: list[Member], asked_at: float) -> None:
+    def _show(self, members: list[Member], stable: bool, asked_at: float) -> None:
         self.by_shard = {s: m.url for m in members for s in m.shards}
+        self.stable = stable
         self.members = sorted(members, key=lambda m: m.member_id)
         self._asked_at, self._viewed_at = asked_at, self._clock()
         if self.by_shard:

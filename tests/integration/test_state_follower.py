@@ -117,7 +117,8 @@ def test_a_partition_s_end_is_awaited_while_it_is_just_created(
             spec = NewTopic(topic, 4, replication_factor=replication)
             admin.create_topics([spec])[topic].result(timeout=30)
             deadline = time.monotonic() + 30
-            ends = [partition_end(consumer, TopicPartition(topic, p), deadline) for p in range(4)]
+            tps = [TopicPartition(topic, p) for p in range(4)]
+            ends = [partition_end(consumer, tp, deadline, 10) for tp in tps]
             assert ends == [0, 0, 0, 0]
     finally:
         consumer.close()
