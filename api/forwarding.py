@@ -13,7 +13,8 @@ import httpx
 from fastapi import Request, Response
 
 from api.node import Node
-from api.problems import leadership_moving
+from api.problems import Problem, leadership_moving
+from revive import metrics
 
 FORWARDED = "x-kpd-forwarded"
 FORWARD_TIMEOUT_S = 60.0  # long polls are forwarded too; the owner bounds their wait
@@ -43,6 +44,28 @@ async def send(
         )
     except httpx.HTTPError as error:
         raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
+
+
+async def forward(
+    node: Node,
+    call: str,
+    url: str,
+    path: str,
+    body: dict[str, Any] | None,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    """A pop-group call sent on to the owner at `url` (`call` names it for the metric), and its
+    JSON answer; an error answer is raised as the owner's problem, with its Retry-After."""
+    metrics.FORWARDED.labels(call).inc()
+    answer = await send(node, "GET" if body is None else "POST", url, path, body, headers)
+    if answer.status_code != 200:
+        problem = answer.json() if answer.content else {}
+        raise Problem(
+            answer.status_code, str(problem.get("code", "forward_failed")),
+            f"sidecar at {url}: {problem.get('detail', answer.text[:200])}",
+            headers={k: v for k, v in answer.headers.items() if k == "retry-after"} or None,
+        )  # fmt: skip
+    return answer.json()
 
 
 def segment(name: str) -> str:

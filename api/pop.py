@@ -32,6 +32,7 @@ from api.pop_bodies import (
 from api.pop_router import WATCH, PopRouter
 from api.problems import Problem
 from api.refused_topics import refused_topic
+from api.settle_router import settle
 from foundation.config import NAME_PATTERN, TOPIC_PATTERN
 from revive.metrics import REQUEST_SECONDS
 
@@ -85,7 +86,8 @@ async def pop(
 async def _settle(kind: str, group: str, items: list[tuple[str, Any]], request: Request) -> Any:
     started = time.perf_counter()
     try:
-        results = await _router(request).settle(kind, group, items, is_forwarded(request))
+        node: Node = request.app.state.node
+        results = await settle(node, kind, group, items, is_forwarded(request))
     finally:
         REQUEST_SECONDS.labels(kind).observe(time.perf_counter() - started)
     return _json({"results": results})

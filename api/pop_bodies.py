@@ -83,6 +83,7 @@ SettleStatus = Literal[
     "requeued",
     "dead_lettered",
     "ok",
+    "unavailable",
 ]
 
 
@@ -90,7 +91,13 @@ class SettleResult(BaseModel):
     receipt: str
     status: SettleStatus
     invisible_until_ms: int | None = Field(None, description="leases: the new lease end")
-    detail: str | None = Field(None, description="why a receipt is invalid")
+    detail: str | None = Field(None, description="why a receipt is invalid or unavailable")
+    code: str | None = Field(
+        None, description="unavailable: the problem code of its shard (leader_starting, ...)"
+    )
+    retry_after_ms: int | None = Field(
+        None, description="unavailable: when to send the receipt again"
+    )
 
 
 class SettleAnswer(BaseModel):

@@ -10,9 +10,9 @@ than `max_messages` rather than forward for the rest, as SQS does. A pop that ha
 elsewhere because this worker's lanes were empty says so (`Popped.elsewhere`): the API then asks
 a client of the shared port to reconnect, so its connection may land on a worker with records.
 With nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
-long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message. Acks,
-nacks, lease changes and rejects go to the owner of each receipt's shard, from any sidecar.
-Calls forwarded by a peer are answered from local shards only.
+long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message.
+Calls forwarded by a peer are answered from local shards only. Acks, nacks, lease changes and
+rejects: `api.settle_router`.
 """
 
 from __future__ import annotations
@@ -24,17 +24,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from api.availability import until
-from api.forwarding import send
+from api.forwarding import forward
 from api.node import Node
-from api.problems import Problem, leadership_moving
+from api.problems import leadership_moving
+from api.shard_answers import shard_answer
 from revive import metrics
-from revive.fetcher import source_topic
-from revive.receipt import InvalidReceipt, Receipt
-from revive.requests import PopRequest, SettleRequest
+from revive.requests import PopRequest
 from revive.service import PopService
 
 WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
-ANSWER_TIMEOUT_S = 30.0
 Source = PopService | str  # a local shard's service, or a remote owner's URL
 # One pop in this many asks the other owners before this worker's own shards. Rarer means fewer
 # forwarded calls while local lanes have records (4 workers, batch 100: 156 forwarded pops instead
@@ -77,7 +75,7 @@ class PopRouter:
         services = [s for s in self._sources(group, topic, local=True) if isinstance(s, PopService)]
         for service in services:  # a shard reads (group, topic) once it has been asked for it
             if not service.fetchers.knows(group, topic):
-                await _answer(service.inbox.submit(PopRequest(group, topic, 0, 1000)))
+                await shard_answer(service.inbox.submit(PopRequest(group, topic, 0, 1000)))
         deadline = time.monotonic() + wait_ms / 1000
         with self._node.availability.waiting(group, topic) as arrived:
             for service in services:
@@ -132,7 +130,7 @@ class PopRouter:
                     continue
                 request = PopRequest(group, topic, left, invisible_ms)
                 try:
-                    found += await _answer(source.inbox.submit(request))
+                    found += await shard_answer(source.inbox.submit(request))
                 except Exception:
                     if not found:
                         raise
@@ -145,7 +143,7 @@ class PopRouter:
             elif not found:  # an owner elsewhere is asked only while nothing was found here
                 body = {"max_messages": left, "invisible_ms": invisible_ms, "wait_ms": 0}
                 path = f"/v1/groups/{group}/topics/{topic}/pop"
-                answer = await self._forward("pop", source, path, body)
+                answer = await forward(self._node, "pop", source, path, body)
                 found += answer["messages"]
                 if found and asked_here == len(local):
                     return Popped(found, elsewhere=True)
@@ -163,53 +161,13 @@ class PopRouter:
             path = f"/v1/groups/{group}/topics/{topic}/pop"
             for url in (s for s in sources if isinstance(s, str)):
                 body = {"max_messages": 1, "wait_ms": int(left_s * 1000)}
-                waits.append(self._forward("watch", url, path, body))
+                waits.append(forward(self._node, "watch", url, path, body, {WATCH: "1"}))
             tasks = [asyncio.ensure_future(wait) for wait in waits]
             try:
                 await asyncio.wait(tasks, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for task in tasks:
                     task.cancel()
-
-    # -- ack, nack, leases, reject ---------------------------------------------------------
-
-    async def settle(
-        self, kind: str, group: str, items: list[tuple[str, Any]], local: bool
-    ) -> list[dict[str, Any]]:
-        node = self._node
-        results: list[dict[str, Any] | None] = [None] * len(items)
-        by_shard: dict[int, list[tuple[int, str, Receipt, Any]]] = {}
-        for i, (text, argument) in enumerate(items):
-            try:
-                receipt = node.codec.decode(text, group=group)
-            except InvalidReceipt as error:
-                results[i] = {"receipt": text, "status": "invalid", "detail": error.reason}
-                continue
-            shard = node.shard_map.of_lane(group, source_topic(receipt.topic), receipt.partition)
-            by_shard.setdefault(shard, []).append((i, text, receipt, argument))
-        owners = node.owners()
-        remote: dict[str, list[tuple[int, str, Receipt, Any]]] = {}
-        calls = []
-        for shard, shard_items in by_shard.items():
-            service = node.pop_service(shard)
-            if service is not None:
-                request = SettleRequest(kind, group, [(t, r, a) for _, t, r, a in shard_items])
-                calls.append((shard_items, _answer(service.inbox.submit(request))))
-            elif owners.get(shard) == node.url:  # led here: its pop role is (re)starting
-                raise leadership_moving("leader_starting", f"shard {shard}'s pop service starts")
-            elif local or shard not in owners:
-                raise leadership_moving("no_leader", f"no sidecar leads shard {shard} now")
-            else:
-                remote.setdefault(owners[shard], []).extend(shard_items)
-        for url, url_items in remote.items():
-            body = _settle_body(kind, [(t, a) for _, t, _, a in url_items])
-            answer = self._forward(kind, url, f"/v1/groups/{group}/{kind}", body)
-            calls.append((url_items, _results(answer)))
-        answers = await asyncio.gather(*(call for _, call in calls))
-        for (placed, _), answered in zip(calls, answers, strict=True):
-            for (i, *_), result in zip(placed, answered, strict=True):
-                results[i] = result
-        return [result for result in results if result is not None]
 
     # -- stats -----------------------------------------------------------------------------
 
@@ -232,27 +190,11 @@ class PopRouter:
             if unled:
                 raise leadership_moving("no_leader", f"no sidecar leads shards {unled} now")
             urls = set(owners.values()) - {node.url}
+            path = f"/v1/groups/{group}"
             parts += await asyncio.gather(
-                *(self._forward("stats", url, f"/v1/groups/{group}", None) for url in sorted(urls))
+                *(forward(node, "stats", url, path, None) for url in sorted(urls))
             )
         return _merge_stats(parts)
-
-    # -- forwarding ------------------------------------------------------------------------
-
-    async def _forward(self, call: str, url: str, path: str, body: dict[str, Any] | None) -> Any:
-        """Send a call to the sidecar (or worker) at `url`; `call` names it for the metric, and
-        "watch" makes a pop that only waits for records."""
-        metrics.FORWARDED.labels(call).inc()
-        headers = {WATCH: "1"} if call == "watch" else None
-        answer = await send(self._node, "GET" if body is None else "POST", url, path, body, headers)
-        if answer.status_code != 200:
-            problem = answer.json() if answer.content else {}
-            raise Problem(
-                answer.status_code, str(problem.get("code", "forward_failed")),
-                f"sidecar at {url}: {problem.get('detail', answer.text[:200])}",
-                headers={k: v for k, v in answer.headers.items() if k == "retry-after"} or None,
-            )  # fmt: skip
-        return answer.json()
 
 
 def visit_order(local: Sequence[L], remote: Sequence[R], turn: int) -> list[L | R]:
@@ -268,26 +210,6 @@ def visit_order(local: Sequence[L], remote: Sequence[R], turn: int) -> list[L | 
 def _rotated(items: Sequence[L], turn: int) -> list[L]:
     start = turn % len(items) if items else 0
     return [*items[start:], *items[:start]]
-
-
-def _settle_body(kind: str, items: list[tuple[str, Any]]) -> dict[str, Any]:
-    if kind == "ack":
-        return {"receipts": [text for text, _ in items]}
-    field = {"nack": "delay_ms", "leases": "invisible_ms", "reject": "reason"}[kind]
-    return {"items": [{"receipt": t, **({field: a} if a is not None else {})} for t, a in items]}
-
-
-async def _results(answer: Awaitable[Any]) -> list[dict[str, Any]]:
-    return list((await answer)["results"])
-
-
-async def _answer(future: Any) -> Any:
-    try:
-        return await asyncio.wait_for(asyncio.wrap_future(future), ANSWER_TIMEOUT_S)
-    except TimeoutError:
-        raise Problem(503, "leader_busy", "the pop service did not answer in time") from None
-    except RuntimeError as error:  # the service stopped leading before it took the call
-        raise leadership_moving("not_leader", str(error)) from None
 
 
 def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:

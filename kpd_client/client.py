@@ -8,27 +8,36 @@
             ...
             kpd.ack("workers", [message.receipt])
 
-`run_worker(client, group, topic, handler)` pops, calls `handler(message)`, acks on success,
-nacks on an exception, and extends the lease in the background while a handler runs long.
+`run_worker(client, group, topic, handler)` (`kpd_client.worker`) pops, calls `handler(message)`,
+acks on success, nacks on an exception, and extends the lease while a handler runs long.
 
 While leadership moves, kpd answers 503 with a `Retry-After` header; calls wait that long and try
 again (with stamina) until `retry_deadline_s` (default 15 s) has passed, then raise `KpdError`.
+A settle call (ack, nack, extend, reject) whose receipts span shards answers per receipt: those
+of a shard whose leader moves come back `unavailable` and are sent again, alone, on the same
+terms; what the other shards settled is kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
-import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import stamina
 
-from kpd_client.retry import RETRY_DEADLINE_S, KpdError, retry_after_s, retry_while_moving
+from kpd_client.retry import (
+    RETRY_DEADLINE_S,
+    KpdError,
+    retry_after_s,
+    retry_while_moving,
+    unsettled,
+)
 
 # An idle connection is reused for at most this long. A sidecar closes connections idle for
 # KPD_HTTP_KEEP_ALIVE_MS (5 s by default); httpx's own default is also 5 s, so a call sent on a
@@ -151,8 +160,8 @@ class _Client:
         )
         self._retry_deadline_s = retry_deadline_s
 
-    def _backoff(self) -> Callable[[Exception], bool | float]:
-        return retry_while_moving(time.monotonic() + self._retry_deadline_s)
+    def _deadline(self) -> float:
+        return time.monotonic() + self._retry_deadline_s
 
     def _in_turn(self) -> list[str]:
         """The sidecars, starting with the next one in turn."""
@@ -171,8 +180,22 @@ class KpdClient(_Client):
     def __exit__(self, *_: object) -> None:
         self._http.close()
 
-    def _call(self, call: Call) -> Any:
-        return _RETRYING(self._backoff(), self._once, call)
+    def _call(self, call: Call, deadline: float | None = None) -> Any:
+        backoff = retry_while_moving(self._deadline() if deadline is None else deadline)
+        return _RETRYING(backoff, self._once, call)
+
+    def _settle(
+        self, group: str, call: str, receipts: Iterable[str], **item: Any
+    ) -> list[dict[str, Any]]:
+        receipts, deadline = list(receipts), self._deadline()
+        first = self._call(_Calls.settle(group, call, receipts, **item), deadline)
+        results = list(first["results"])
+        while (again := unsettled(results, deadline)) is not None:
+            places, wait_s = again
+            time.sleep(wait_s)
+            settle = _Calls.settle(group, call, places.of(receipts), **item)
+            places.fill(results, self._call(settle, deadline)["results"])
+        return results
 
     def _once(self, call: Call) -> Any:
         method, path, body, timeout = call
@@ -209,7 +232,7 @@ class KpdClient(_Client):
         return _messages(self._call(_Calls.pop(group, topic, max_messages, invisible_ms, wait_ms)))
 
     def ack(self, group: str, receipts: Iterable[str]) -> list[dict[str, Any]]:
-        return list(self._call(_Calls.settle(group, "ack", receipts))["results"])
+        return self._settle(group, "ack", receipts)
 
     def nack(
         self,
@@ -217,9 +240,7 @@ class KpdClient(_Client):
         receipts: Iterable[str],
         delay_ms: int | None = None,
     ) -> list[dict[str, Any]]:
-        return list(
-            self._call(_Calls.settle(group, "nack", receipts, delay_ms=delay_ms))["results"]
-        )
+        return self._settle(group, "nack", receipts, delay_ms=delay_ms)
 
     def extend(
         self,
@@ -227,8 +248,7 @@ class KpdClient(_Client):
         receipts: Iterable[str],
         invisible_ms: int,
     ) -> list[dict[str, Any]]:
-        call = _Calls.settle(group, "leases", receipts, invisible_ms=invisible_ms)
-        return list(self._call(call)["results"])
+        return self._settle(group, "leases", receipts, invisible_ms=invisible_ms)
 
     def reject(
         self,
@@ -236,7 +256,7 @@ class KpdClient(_Client):
         receipts: Iterable[str],
         reason: str | None = None,
     ) -> list[dict[str, Any]]:
-        return list(self._call(_Calls.settle(group, "reject", receipts, reason=reason))["results"])
+        return self._settle(group, "reject", receipts, reason=reason)
 
 
 class AsyncKpdClient(_Client):
@@ -250,8 +270,9 @@ class AsyncKpdClient(_Client):
     async def __aexit__(self, *_: object) -> None:
         await self._http.aclose()
 
-    async def _call(self, call: Call) -> Any:
-        return await _ASYNC_RETRYING(self._backoff(), self._once, call)
+    async def _call(self, call: Call, deadline: float | None = None) -> Any:
+        backoff = retry_while_moving(self._deadline() if deadline is None else deadline)
+        return await _ASYNC_RETRYING(backoff, self._once, call)
 
     async def _once(self, call: Call) -> Any:
         method, path, body, timeout = call
@@ -280,56 +301,12 @@ class AsyncKpdClient(_Client):
         self, group: str, call: str, receipts: Iterable[str], **item: Any
     ) -> list[dict[str, Any]]:
         """`call` is ack, nack (delay_ms=), leases (invisible_ms=) or reject (reason=)."""
-        return list((await self._call(_Calls.settle(group, call, receipts, **item)))["results"])
-
-
-def run_worker(
-    client: KpdClient,
-    group: str,
-    topic: str,
-    handler: Callable[[PoppedMessage], None],
-    *,
-    invisible_ms: int = 30_000,
-    batch: int = 10,
-    wait_ms: int = 20_000,
-    stop: threading.Event | None = None,
-) -> None:
-    """Pop and handle messages until `stop` is set.
-
-    Success acks; an exception nacks (the group's backoff decides when it returns). While a
-    handler runs, its lease is extended every `invisible_ms / 3`, so a slow handler keeps the
-    message invisible to other workers without picking a huge invisible time up front.
-    """
-    stop = stop or threading.Event()
-    while not stop.is_set():
-        for message in client.pop(group, topic, batch, invisible_ms, wait_ms):
-            if stop.is_set():
-                client.extend(group, [message.receipt], 0)  # hand it back at once
-                continue
-            done = threading.Event()
-            keeper = threading.Thread(
-                target=_keep_leased,
-                args=(client, group, message.receipt, invisible_ms, done),
-                daemon=True,
-            )
-            keeper.start()
-            try:
-                handler(message)
-            except Exception:
-                succeeded = False
-            else:
-                succeeded = True
-            finally:
-                done.set()
-                keeper.join()
-            if succeeded:
-                client.ack(group, [message.receipt])
-            else:
-                client.nack(group, [message.receipt])
-
-
-def _keep_leased(
-    client: KpdClient, group: str, receipt: str, invisible_ms: int, done: threading.Event
-) -> None:
-    while not done.wait(invisible_ms / 3000):
-        client.extend(group, [receipt], invisible_ms)
+        receipts, deadline = list(receipts), self._deadline()
+        first = await self._call(_Calls.settle(group, call, receipts, **item), deadline)
+        results = list(first["results"])
+        while (again := unsettled(results, deadline)) is not None:
+            places, wait_s = again
+            await asyncio.sleep(wait_s)
+            settle = _Calls.settle(group, call, places.of(receipts), **item)
+            places.fill(results, (await self._call(settle, deadline))["results"])
+        return results

@@ -1,14 +1,17 @@
-"""Errors from kpd, and when to try a call again.
+"""Errors from kpd, and when to try a call or some of its receipts again.
 
 While leadership moves, kpd answers 503 with a `Retry-After` header and one of the codes in
 `RETRYABLE`; `retry_while_moving` is the stamina backoff hook that waits that long, as long as the
-retry starts before the caller's deadline.
+retry starts before the caller's deadline. A settle call whose receipts span shards answers
+`unavailable` for the receipts of a shard whose leader moves, with the same codes and a
+`retry_after_ms`; `unsettled` says which to send again, and when.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -61,3 +64,33 @@ def retry_while_moving(deadline: float) -> Callable[[Exception], bool | float]:
         return wait if time.monotonic() + wait <= deadline else False
 
     return backoff
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where, in a settle call's results, the receipts sent again belong."""
+
+    at: list[int]
+
+    def of(self, receipts: Sequence[str]) -> list[str]:
+        return [receipts[i] for i in self.at]
+
+    def fill(self, results: list[dict[str, Any]], answered: Sequence[dict[str, Any]]) -> None:
+        for i, result in zip(self.at, answered, strict=True):
+            results[i] = result
+
+
+def unsettled(results: Sequence[dict[str, Any]], deadline: float) -> tuple[Places, float] | None:
+    """The receipts a moving shard left `unavailable` (with a code in RETRYABLE) and how long to
+    wait before sending them again; None when there are none, or the wait would end past
+    `deadline` (a `time.monotonic()` value): they then stay `unavailable` in the answer."""
+    at = [
+        i
+        for i, result in enumerate(results)
+        if result.get("status") == "unavailable" and result.get("code") in RETRYABLE
+    ]
+    if not at:
+        return None
+    waits_ms = [results[i].get("retry_after_ms") for i in at]
+    wait_s = max(DEFAULT_RETRY_AFTER_S if ms is None else ms / 1000 for ms in waits_ms)
+    return (Places(at), wait_s) if time.monotonic() + wait_s <= deadline else None

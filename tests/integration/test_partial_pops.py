@@ -1,5 +1,6 @@
-"""A pop gathered from several shards keeps what it leased when one shard's pop service fails
-meanwhile (a real sidecar, one shard's pop role fenced by a zombie's `init_transactions`)."""
+"""A call that spans shards keeps what some shards did when one shard's pop service fails
+meanwhile (a real sidecar, one shard's pop role fenced by a zombie's `init_transactions`): a pop
+answers what it leased, an ack settles the other shards' receipts."""
 
 from __future__ import annotations
 
@@ -8,10 +9,20 @@ from kafka_helpers import make_producer, metric_values, unique, wait_for
 
 from api.pop_router import visit_order
 from foundation.kafka_clients import transactional_producer
+from foundation.shards import ShardMap
 from kpd_client import KpdClient
 from kpd_client.client import PoppedMessage
+from kpd_client.retry import RETRYABLE
 
 ROUNDS = 4
+
+
+def fence_pop_role(sidecar, kafka_bootstrap: str, shard: int) -> None:
+    """A zombie's `init_transactions` on both of the shard's pop transactional ids: the role's
+    next commit fails, and it restarts from Kafka."""
+    prefix, config = sidecar.env["KPD_STATE_TOPIC_PREFIX"], {"bootstrap.servers": kafka_bootstrap}
+    for txn_id in (f"{prefix}pop-leader-{shard}", f"{prefix}pop-leader-{shard}.1"):
+        transactional_producer(config, txn_id).init_transactions(30)
 
 
 def starts_of_shard_1(sidecar) -> int:
@@ -62,7 +73,6 @@ def test_a_pop_keeps_what_one_shard_leased_when_another_shard_fails(
     sidecar = sidecar_factory("p", shards="2").start()
     topic, group = new_topic("work", partitions=2), unique("g")  # one lane per shard
     producer = make_producer(kafka_bootstrap)
-    prefix, config = sidecar.env["KPD_STATE_TOPIC_PREFIX"], {"bootstrap.servers": kafka_bootstrap}
     sent: set[bytes] = set()
     answers: list[int] = []
     with sidecar.client() as http, KpdClient(sidecar.url) as kpd:
@@ -82,8 +92,7 @@ def test_a_pop_keeps_what_one_shard_leased_when_another_shard_fails(
             ready = lambda: kpd.group(group)["topics"][topic]["available"] == 2  # noqa: E731
             wait_for(ready, 30, "this round's message ready on each shard")
             started = starts_of_shard_1(sidecar)
-            for txn_id in (f"{prefix}pop-leader-1", f"{prefix}pop-leader-1.1"):
-                transactional_producer(config, txn_id).init_transactions(30)
+            fence_pop_role(sidecar, kafka_bootstrap, 1)
             answers.append(popper.pop())
             back = lambda before=started: starts_of_shard_1(sidecar) > before  # noqa: E731
             wait_for(back, 30, "shard 1's pop role back")
@@ -93,3 +102,54 @@ def test_a_pop_keeps_what_one_shard_leased_when_another_shard_fails(
     assert answers == [200] * ROUNDS  # never the 503 that left shard 0's message leased
     assert partial >= 1  # a round ran the path under test (a fenced role may fail on its own)
     assert sorted(popper.received) == sorted(sent)  # none left invisible in a lease
+
+
+def test_an_ack_across_shards_settles_the_receipts_of_the_shards_that_answer(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """Two receipts, one per shard, acked in one call just after shard 1's pop role was fenced:
+    shard 0's is `acked` and shard 1's `unavailable` (its role fails or restarts), with a code
+    the client retries on; the client sends that one again, alone, and it is `acked` once the
+    role is back. Failing the whole call made the retry read `already_acked` for shard 0's."""
+    sidecar = sidecar_factory("a", shards="2").start()
+    topic, group = new_topic("work", partitions=2), unique("g")
+    shard_of = ShardMap(2, 2).of_lane
+    assert sorted(shard_of(group, topic, p) for p in (0, 1)) == [0, 1]  # one lane per shard
+    producer = make_producer(kafka_bootstrap)
+    with sidecar.client() as http, KpdClient(sidecar.url) as kpd:
+        for rounds, ack in enumerate((_ack_by_http(http, group), kpd.ack)):
+            for partition in (0, 1):
+                producer.produce(topic, value=f"{rounds}".encode(), partition=partition)
+            producer.flush(10)
+            popped = pop_until(kpd, group, topic, 2)
+            by_shard = {shard_of(group, topic, m.partition): m.receipt for m in popped}
+            fence_pop_role(sidecar, kafka_bootstrap, 1)
+            results = ack(group, [by_shard[0], by_shard[1]])
+            print(f"\nround {rounds}: {results}")
+            assert results[0]["status"] == "acked"
+            if rounds == 0:  # one call, as it came: shard 1's receipt is left for a retry
+                assert results[1]["status"] == "unavailable"
+                assert results[1]["code"] in RETRYABLE and results[1]["retry_after_ms"] == 1000
+                wait_for(lambda r=by_shard[1]: kpd.ack(group, [r])[0]["status"] == "acked", 30, "")
+            else:  # the client: shard 1's receipt sent again by itself, until acked
+                assert results[1]["status"] == "acked"
+            wait_for(lambda: lags(kpd, group, topic) == [0, 0], 30, "both acks committed")
+
+
+def pop_until(kpd: KpdClient, group: str, topic: str, count: int) -> list[PoppedMessage]:
+    popped: list[PoppedMessage] = []
+    wait_for(
+        lambda: popped.extend(kpd.pop(group, topic, 10, 600_000)) or len(popped) == count,
+        30,
+        f"{count} messages popped",
+    )
+    return popped
+
+
+def _ack_by_http(http: httpx.Client, group: str):
+    def ack(group: str, receipts: list[str]) -> list[dict]:
+        answer = http.post(f"/v1/groups/{group}/ack", json={"receipts": receipts})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["results"]
+
+    return ack
