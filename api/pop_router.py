@@ -189,7 +189,10 @@ class PopRouter:
             ]
             if unled:
                 raise leadership_moving("no_leader", f"no sidecar leads shards {unled} now")
-            urls = set(owners.values()) - {node.url}
+            # Only the owners of shards not led here: a dead owner whose shards this worker took
+            # over early is still named by the group for seconds (its session), and asking it
+            # failed every stats call until then.
+            urls = {owners[s] for s, service in services.items() if service is None} - {node.url}
             path = f"/v1/groups/{group}"
             parts += await asyncio.gather(
                 *(forward(node, "stats", url, path, None) for url in sorted(urls))

@@ -65,3 +65,25 @@ def test_silence_is_allowed_longer_than_refusals_and_longer_after_a_false_alarm(
     assert counters(a) == (1, 1, 1)
     assert taken_s < SILENT_S  # not the silence's allowance (now twice SILENT_S)
     wait_for(lambda: led_shards(a) == a_own | b_own, 30, "a leads every shard")
+
+
+def test_group_stats_answer_while_the_group_still_names_a_dead_owner(sidecar_factory, new_topic):
+    """A group that still names a killed sidecar as owner (a session of 30 s here) must not fail
+    the stats of a sidecar that took its shards over early: they used to be asked of the dead
+    owner too, and answered 503 until the group reassigned its shards."""
+    slow_group = {"shards": "2", "election_session_timeout_ms": "30000"}
+    a, b = (sidecar_factory(n, **slow_group).start() for n in "ab")
+    wait_for(lambda: led_shards(a) and led_shards(b), 60, "a and b lead a shard each")
+    topic = new_topic("work", partitions=2)
+    with a.client() as http:  # b's shard's part asked of b, once a knows the owners
+        wait_for(lambda: http.get("/v1/groups/g").status_code == 200, 30, "stats from a")
+    b.terminate(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: led_shards(a) == {0, 1}, 10, "a takes b's shard on refusals")
+    with a.client() as http:  # once a's pop role of b's shard has started
+        wait_for(lambda: http.get("/v1/groups/g").status_code == 200, 15, "stats from a")
+        stats_s = time.monotonic() - killed
+        pop = http.post(f"/v1/groups/g/topics/{topic}/pop", json={"wait_ms": 0})
+    assert pop.status_code == 200, pop.text
+    print(f"\nstats answered {stats_s:.1f} s after the kill")
+    assert time.monotonic() - killed < 20  # the group still names b: its session lasts 30 s
