@@ -26,7 +26,9 @@ from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
 log = structlog.get_logger(__name__)
 
-CLIENT_PREFIX = "kpd-member "  # + the member's HTTP address, for others to forward calls to
+# + the member's HTTP address, for others to forward calls to, and its place: its index among its
+# sidecar's workers and the sidecar's own address (`Owners` orders the ring of members by them).
+CLIENT_PREFIX = "kpd-member "
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,23 @@ class Member:
     member_id: str
     url: str
     shards: frozenset[int]
+    index: int = 0  # among its sidecar's workers
+    sidecar: str = ""  # the address its sidecar's workers share ("": a member before places)
+
+
+def client_id(url: str, index: int, sidecar: str) -> str:
+    return f"{CLIENT_PREFIX}{url} {index} {sidecar}"
+
+
+def member_of(member_id: str, client: str, shards: frozenset[int]) -> Member | None:
+    """A member from its client id (None: not a kpd worker). A worker of a version before
+    places gave its address alone: it counts as a sidecar of one worker."""
+    if not client.startswith(CLIENT_PREFIX):
+        return None
+    url, *place = client[len(CLIENT_PREFIX) :].split(" ")
+    if len(place) == 2 and place[0].isascii() and place[0].isdigit():
+        return Member(member_id, url, shards, int(place[0]), place[1])
+    return Member(member_id, url, shards, 0, url)
 
 
 class Membership:
@@ -45,12 +64,13 @@ class Membership:
         topic: str,
         session_timeout_ms: int,
         advertised_url: str,
+        place: tuple[int, str],  # this worker's index among its sidecar's, the sidecar's address
     ) -> None:
         self.group = topic
         self._consumer = Consumer(
             {
                 **client_config,
-                "client.id": f"{CLIENT_PREFIX}{advertised_url}",
+                "client.id": client_id(advertised_url, *place),
                 "group.id": topic,
                 "session.timeout.ms": session_timeout_ms,
                 "heartbeat.interval.ms": max(100, session_timeout_ms // 4),
@@ -84,13 +104,10 @@ class Membership:
         """Every member of the group with its HTTP address and the shards it holds."""
         found = []
         for member in description.members:
-            if not member.client_id.startswith(CLIENT_PREFIX):
-                continue
             assignment = member.assignment.topic_partitions if member.assignment else []
             shards = frozenset(tp.partition for tp in assignment if tp.topic == self._topic)
-            url = member.client_id[len(CLIENT_PREFIX) :]
-            found.append(Member(member.member_id, url, shards))
-        return found
+            found.append(member_of(member.member_id, member.client_id, shards))
+        return [member for member in found if member is not None]
 
     def stable(self, description: ConsumerGroupDescription) -> bool:
         """Is the group between rebalances? While one prepares, the coordinator describes the

@@ -107,7 +107,7 @@ class Owners(PeriodicThread):
         return self.stable and mine == [owned] and len(self.by_shard) == shards
 
     def predecessor(self, url: str) -> Member | None:
-        """The member before the one at `url` in the ring of members ordered by id (the first
+        """The member before the one at `url` in the ring of members (`ring_order`; the first
         one's is the last): the member it watches and would take shards over from next."""
         members = self.members
         mine = [i for i, m in enumerate(members) if m.url == url]
@@ -118,7 +118,7 @@ class Owners(PeriodicThread):
     def _show(self, members: list[Member], stable: bool, asked_at: float) -> None:
         self.by_shard = {s: m.url for m in members for s in m.shards}
         self.stable = stable
-        self.members = sorted(members, key=lambda m: m.member_id)
+        self.members = ring_order(members)
         self._asked_at, self._viewed_at = asked_at, self._clock()
         if self.by_shard:
             self._led_at = self._viewed_at
@@ -140,3 +140,14 @@ class Owners(PeriodicThread):
             self._admin = self._new_admin()
         future = self._membership.describe(self._admin, DESCRIBE_TIMEOUT_S)
         self._pending[future] = (now, self._admin)
+
+
+def ring_order(members: list[Member]) -> list[Member]:
+    """The ring of members: every sidecar's first worker, then every sidecar's second, and so
+    on, so that a worker's predecessor is a worker of another sidecar wherever the counts allow.
+    Ordered by member id alone, a sidecar's workers came one after the other (a member id starts
+    with its client id, which starts with the worker's address): its first worker was watched by
+    its second, and when the whole sidecar died nobody took the first one's shards early (they
+    waited for the group's session timeout). With sidecars of unequal worker counts, some
+    workers of the larger ones still watch each other."""
+    return sorted(members, key=lambda m: (m.index, m.sidecar or m.url, m.member_id))

@@ -232,9 +232,11 @@ class Sidecar:
         if self.schedules.ensure_format(OFFSETS_CF, s.state_topic("schedules")):
             log.info("local index cleared for this layout; rebuilding it from Kafka")
         self._topics_ready = True
+        place = (0 if self._started is None else self._started.index, s.url)
         self.membership = Membership(
-            self.client_config, s.state_topic("leader"), s.election_session_timeout_ms, self.url
-        )
+            self.client_config, s.state_topic("leader"), s.election_session_timeout_ms, self.url,
+            place,
+        )  # fmt: skip
         # Clients of its own: their requests may stay pending through an outage (`sidecar.owners`).
         self._owners = Owners(self.membership, lambda: admin_client(s))
         self._successor = Successor(self._owners, self.url) if s.early_takeover else None

@@ -57,6 +57,7 @@ class StartedWorkers:
     restarts later stays counted (the others take its shards meanwhile)."""
 
     def __init__(self, index: int, workers: int) -> None:
+        self.index = index
         folder = os.environ.get(MULTIPROCESS) if workers > 1 else None
         self._folder = Path(folder) if folder else None
         self._mine = f"{STARTED}{index}"

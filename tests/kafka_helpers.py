@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -31,7 +32,7 @@ from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from devtools.broker_for_tests import broker_settings_from_env
+from devtools.broker_for_tests import broker_settings_from_env, free_port
 from devtools.kafka_release import CONFIG_COMMAND
 
 Headers = list[tuple[str, bytes]]
@@ -370,3 +371,14 @@ class TopicCleanup:
                     if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise
         wait_for(lambda: not self.owned(), DELETE_TIMEOUT_S, f"deletion of {sorted(doomed)}")
+
+
+def two_free_ports() -> int:
+    """A free port whose next one is free too."""
+    while True:
+        base = free_port()
+        try:
+            with socket.create_server(("127.0.0.1", base + 1)):
+                return base
+        except OSError:
+            continue

@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from kafka_helpers import led_shards, metric_values, wait_for
+from kafka_helpers import led_shards, metric_values, two_free_ports, wait_for
 
 from sidecar.successor import SILENT_S
 
@@ -87,3 +87,24 @@ def test_group_stats_answer_while_the_group_still_names_a_dead_owner(sidecar_fac
     assert pop.status_code == 200, pop.text
     print(f"\nstats answered {stats_s:.1f} s after the kill")
     assert time.monotonic() - killed < 20  # the group still names b: its session lasts 30 s
+
+
+def test_every_worker_of_a_killed_sidecar_is_taken_over_early(sidecar_factory):
+    """Two sidecars of two workers each, a group session of 30 s: a SIGKILL of one sidecar (its
+    workers die with it) moves all its shards to the other within seconds, by early takeover.
+    The worker ports put a's two workers one after the other by member id, which was the
+    watching order: a's first worker was watched by its second, and its shard waited out the
+    session."""
+    first = two_free_ports()
+    second = two_free_ports()
+    while abs(second - first) < 2:  # two pairs, apart
+        second = two_free_ports()
+    ports = sorted([first, second])
+    workers = {"workers": "2", "shards": "4", "election_session_timeout_ms": "30000"}
+    a = sidecar_factory("a", worker_port_base=str(ports[0]), **workers).start()
+    b = sidecar_factory("b", worker_port_base=str(ports[1]), **workers).start()
+    wait_for(lambda: len(led_shards(a)) == len(led_shards(b)) == 2, 60, "two shards each")
+    a.terminate(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: led_shards(b) == {0, 1, 2, 3}, 15, "b leads every shard")
+    print(f"\nb led every shard {time.monotonic() - killed:.1f} s after the kill")

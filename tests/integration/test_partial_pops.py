@@ -4,13 +4,15 @@ answers what it leased, an ack settles the other shards' receipts."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 from kafka_helpers import make_producer, metric_values, unique, wait_for
 
 from api.pop_router import visit_order
 from foundation.kafka_clients import transactional_producer
 from foundation.shards import ShardMap
-from kpd_client import KpdClient
+from kpd_client import AsyncKpdClient, KpdClient
 from kpd_client.client import PoppedMessage
 from kpd_client.retry import RETRYABLE
 
@@ -117,7 +119,8 @@ def test_an_ack_across_shards_settles_the_receipts_of_the_shards_that_answer(
     assert sorted(shard_of(group, topic, p) for p in (0, 1)) == [0, 1]  # one lane per shard
     producer = make_producer(kafka_bootstrap)
     with sidecar.client() as http, KpdClient(sidecar.url) as kpd:
-        for rounds, ack in enumerate((_ack_by_http(http, group), kpd.ack)):
+        acks = (_ack_by_http(http, group), kpd.ack, _ack_by_async_client(sidecar.url))
+        for rounds, ack in enumerate(acks):
             for partition in (0, 1):
                 producer.produce(topic, value=f"{rounds}".encode(), partition=partition)
             producer.flush(10)
@@ -130,8 +133,9 @@ def test_an_ack_across_shards_settles_the_receipts_of_the_shards_that_answer(
             if rounds == 0:  # one call, as it came: shard 1's receipt is left for a retry
                 assert results[1]["status"] == "unavailable"
                 assert results[1]["code"] in RETRYABLE and results[1]["retry_after_ms"] == 1000
-                wait_for(lambda r=by_shard[1]: kpd.ack(group, [r])[0]["status"] == "acked", 30, "")
-            else:  # the client: shard 1's receipt sent again by itself, until acked
+                acked = lambda r=by_shard[1]: kpd.ack(group, [r])[0]["status"] == "acked"  # noqa: E731
+                wait_for(acked, 30, "shard 1's receipt acked once its role is back")
+            else:  # a client (sync, async): shard 1's receipt sent again by itself, until acked
                 assert results[1]["status"] == "acked"
             wait_for(lambda: lags(kpd, group, topic) == [0, 0], 30, "both acks committed")
 
@@ -151,5 +155,16 @@ def _ack_by_http(http: httpx.Client, group: str):
         answer = http.post(f"/v1/groups/{group}/ack", json={"receipts": receipts})
         assert answer.status_code == 200, answer.text
         return answer.json()["results"]
+
+    return ack
+
+
+def _ack_by_async_client(url: str):
+    def ack(group: str, receipts: list[str]) -> list[dict]:
+        async def call() -> list[dict]:
+            async with AsyncKpdClient(url) as kpd:
+                return await kpd.settle(group, "ack", receipts)
+
+        return asyncio.run(call())
 
     return ack

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 
 import httpx
@@ -18,23 +17,12 @@ from kafka_helpers import (
     metric_values,
     now_ms,
     produce_all,
+    two_free_ports,
     unique,
     wait_for,
 )
 
-from devtools.broker_for_tests import free_port
 from kpd_client import KpdClient
-
-
-def two_free_ports() -> int:
-    """A free port whose next one is free too."""
-    while True:
-        base = free_port()
-        try:
-            with socket.create_server(("127.0.0.1", base + 1)):
-                return base
-        except OSError:
-            continue
 
 
 def test_workers_share_the_shards_the_port_and_the_metrics(

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sidecar.membership import Member
-from sidecar.owners import Owners
+from sidecar.membership import Member, client_id, member_of
+from sidecar.owners import Owners, ring_order
 
 
 def ring(*members: Member) -> Owners:
     owners = Owners(cast(Any, None), cast(Any, None))  # never started: no Kafka here
-    owners.members = sorted(members, key=lambda m: m.member_id)
+    owners.members = ring_order(list(members))
     return owners
+
+
+def worker(sidecar: str, index: int, port: int) -> Member:
+    """A worker as the group describes it: its member id starts with its client id."""
+    url = f"http://{sidecar}:{port}"
+    made = member_of(f"{client_id(url, index, sidecar)}-uuid", client_id(url, index, sidecar),
+                     frozenset({port}))  # fmt: skip
+    assert made is not None
+    return made
 
 
 def test_each_member_watches_the_one_before_it_and_the_first_the_last() -> None:
@@ -25,3 +34,32 @@ def test_no_predecessor_alone_or_when_not_a_member() -> None:
     assert ring(a).predecessor("http://a") is None
     assert ring(a, Member("id-b", "http://b", frozenset())).predecessor("http://c") is None
     assert ring().predecessor("http://a") is None
+
+
+def test_every_worker_is_watched_by_a_worker_of_another_sidecar() -> None:
+    """Two sidecars of two workers each: by member id alone, a sidecar's workers came one after
+    the other (their ids start with their addresses), and the first was watched by the second:
+    when the whole sidecar died, nobody took the first one's shards early."""
+    a0, a1, b0, b1 = (
+        worker("a", 0, 9100),
+        worker("a", 1, 9101),
+        worker("b", 0, 9100),
+        worker("b", 1, 9101),
+    )
+    assert sorted([a0, a1, b0, b1], key=lambda m: m.member_id) == [a0, a1, b0, b1]
+    owners = ring(b1, a1, b0, a0)
+    watchers = {owners.predecessor(m.url).url: m.url for m in (a0, a1, b0, b1)}  # type: ignore[union-attr]
+    for watched, watcher in watchers.items():
+        assert watched.split(":")[1] != watcher.split(":")[1], f"{watcher} watches {watched}"
+    assert len(watchers) == 4  # each worker watched by one
+
+
+def test_a_member_id_of_an_older_worker_or_a_foreign_client() -> None:
+    older = member_of("m1", "kpd-member http://h:1", frozenset({0}))
+    assert older == Member("m1", "http://h:1", frozenset({0}), 0, "http://h:1")
+    assert member_of("m2", "rdkafka", frozenset()) is None
+    assert member_of("m3", "kpd-member http://h:1 x http://h:0", frozenset()) == Member(
+        "m3", "http://h:1", frozenset(), 0, "http://h:1"
+    )  # a place that is not one: taken for a sidecar of its own
+    placed = member_of("m4", client_id("http://h:2", 3, "http://h:0"), frozenset({1}))
+    assert placed == Member("m4", "http://h:2", frozenset({1}), 3, "http://h:0")
