@@ -9,7 +9,9 @@ worker clients talk to (RocketMQ 5 clients pop every broker in turn). A pop answ
 than `max_messages` rather than forward for the rest, as SQS does. A pop that had to lease
 elsewhere because this worker's lanes were empty says so (`Popped.elsewhere`): the API then asks
 a client of the shared port to reconnect, so its connection may land on a worker with records.
-With nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
+A source that cannot answer (a shard's role restarting, an owner away) fails only itself: the
+call answers what the others leased, and fails only when none leased anything. With nothing
+anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
 long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message.
 Calls forwarded by a peer are answered from local shards only. Acks, nacks, lease changes and
 rejects: `api.settle_router`.
@@ -118,36 +120,56 @@ class PopRouter:
         local = [source for source in sources if isinstance(source, PopService)]
         remote = [source for source in sources if isinstance(source, str)]
         found: list[dict[str, Any]] = []
+        failed: Exception | None = None  # the first source that could not answer
         asked_here = 0  # local shards asked so far
+        elsewhere = False
         for source in visit_order(local, remote, turn):
             left = wanted - len(found)
-            if left <= 0:
+            if left <= 0 or (failed is not None and found):
+                # What some sources leased is the caller's: failing the call would leave it
+                # invisible, to anyone, for its whole lease (a shard's pop role fenced while
+                # another shard's had answered: some messages came back only after 30 s, and
+                # their acks read "superseded"). So a failure ends the round with what it has.
                 break
-            if isinstance(source, PopService):
-                asked_here += 1
-                fetchers = source.fetchers
-                if fetchers.knows(group, topic) and not fetchers.available(group, topic):
-                    continue
-                request = PopRequest(group, topic, left, invisible_ms)
-                try:
-                    found += await shard_answer(source.inbox.submit(request))
-                except Exception:
-                    if not found:
-                        raise
-                    # What other shards leased is the caller's: failing the call would leave
-                    # it invisible, to anyone, for its whole lease (a shard's pop role fenced
-                    # while another shard's had answered: some messages came back only after
-                    # 30 s, and their acks read "superseded").
-                    metrics.PARTIAL_POPS.inc()
-                    break
-            elif not found:  # an owner elsewhere is asked only while nothing was found here
-                body = {"max_messages": left, "invisible_ms": invisible_ms, "wait_ms": 0}
-                path = f"/v1/groups/{group}/topics/{topic}/pop"
-                answer = await forward(self._node, "pop", source, path, body)
-                found += answer["messages"]
-                if found and asked_here == len(local):
-                    return Popped(found, elsewhere=True)
-        return Popped(found, elsewhere=False)
+            try:
+                if isinstance(source, PopService):
+                    asked_here += 1
+                    found += await self._lease_here(source, group, topic, left, invisible_ms)
+                elif not found:  # an owner elsewhere is asked only while nothing was found here
+                    found += await self._lease_elsewhere(source, group, topic, left, invisible_ms)
+                    if found and asked_here == len(local):
+                        elsewhere = True
+                        break
+            except Exception as error:
+                # One shard's failure (its role fenced or restarting, its owner away) fails only
+                # itself: the other sources are still asked (a pop that asked the failing shard
+                # first answered 503 while another shard had records, CI).
+                failed = failed or error
+        if failed is not None:
+            if not found:
+                raise failed
+            metrics.PARTIAL_POPS.inc()
+        return Popped(found, elsewhere)
+
+    @staticmethod
+    async def _lease_here(
+        service: PopService, group: str, topic: str, wanted: int, invisible_ms: int
+    ) -> list[dict[str, Any]]:
+        fetchers = service.fetchers
+        if fetchers.knows(group, topic) and not fetchers.available(group, topic):
+            return []
+        return await shard_answer(
+            service.inbox.submit(PopRequest(group, topic, wanted, invisible_ms))
+        )
+
+    async def _lease_elsewhere(
+        self, url: str, group: str, topic: str, wanted: int, invisible_ms: int
+    ) -> list[dict[str, Any]]:
+        body = {"max_messages": wanted, "invisible_ms": invisible_ms, "wait_ms": 0}
+        answer = await forward(
+            self._node, "pop", url, f"/v1/groups/{group}/topics/{topic}/pop", body
+        )
+        return list(answer["messages"])
 
     async def _park(self, group: str, topic: str, sources: list[Source], left_s: float) -> None:
         """Until a local lane gets records, or a remote owner says it has some, or `left_s`."""

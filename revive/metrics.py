@@ -33,7 +33,7 @@ FORWARDED = Counter(
 )
 PARTIAL_POPS = Counter(
     "kpd_pop_partial_total",
-    "Pops answered with what some shards leased because another shard's pop service failed",
+    "Pops answered with what some shards leased while another shard or owner failed",
 )
 ARRIVAL_WAKES = Counter(
     "kpd_pop_arrival_wakes_total",
