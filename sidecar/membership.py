@@ -67,6 +67,8 @@ class Membership:
         place: tuple[int, str],  # this worker's index among its sidecar's, the sidecar's address
     ) -> None:
         self.group = topic
+        self.url = advertised_url
+        self.session_timeout_s = session_timeout_ms / 1000
         self._consumer = Consumer(
             {
                 **client_config,
@@ -85,6 +87,7 @@ class Membership:
         self.owned: frozenset[int] = frozenset()
         self.paused = False  # set: leave the group (lead nothing) until cleared
         self._subscribed = False
+        self._joined_at = 0.0  # when it last subscribed (joined or began to)
         self.assigned_once = False  # the group has answered: shard owners are known
         self.changed = threading.Event()  # set on every change of `owned`
         # Called with the shards a rebalance takes away, before this worker rejoins (the group
@@ -115,6 +118,10 @@ class Membership:
         the others still hold every shard."""
         return bool(description.state == ConsumerGroupState.STABLE)
 
+    def joined_s(self) -> float:
+        """How long ago this worker last subscribed (0 while it is out of the group)."""
+        return max(0.0, time.monotonic() - self._joined_at) if self._subscribed else 0.0
+
     def stop(self) -> None:
         """Leave the group (hands the shards over at once) after giving them up here."""
         self._stop.set()
@@ -137,6 +144,7 @@ class Membership:
         self._consumer.subscribe(
             [self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
         )
+        self._joined_at = time.monotonic()
         self._subscribed = True
 
     def _leave(self) -> None:

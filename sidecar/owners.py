@@ -49,6 +49,13 @@ STALE_AFTER_S = 10.0  # a view older than this leaves the worker unready
 # apart the group never finished a rebalance, nothing was led, and every worker said ready
 # (stop 30). Longer than a rebalance after a member's session timeout.
 LEADERLESS_AFTER_S = 15.0
+# A worker in the group this long whose fresh views still do not list it is unready, and restarts
+# while a fresh client reaches Kafka: after a paused broker came back, a worker's group client
+# never rejoined (no assignment, no error) for the 30 s the test waited (CI, stop 43). Longer
+# than a join: a joining member is listed once the rebalance it began completes, which waits for
+# every member the group has to rejoin or to miss its session (a dead one), so the bound is at
+# least two sessions.
+ABSENT_AFTER_S = 10.0
 
 
 class Owners(PeriodicThread):
@@ -69,6 +76,7 @@ class Owners(PeriodicThread):
         self._asked_at = float("-inf")  # when the request of the view in use was asked
         self._viewed_at = clock()  # when that view came (before the first: the start)
         self._led_at = self._viewed_at  # when a view last showed a shard led (or the start)
+        self._listed_at = self._viewed_at  # when a view last listed this worker (or the start)
 
     def tick(self) -> None:
         self._ask()
@@ -94,6 +102,10 @@ class Owners(PeriodicThread):
         """How long the views have shown no shard with a leader (0 while the one in use shows
         one; from the start, before any did)."""
         return 0.0 if self.by_shard else self._clock() - self._led_at
+
+    def absent_s(self) -> float:
+        """How long the views have not listed this worker among the members."""
+        return self._clock() - self._listed_at
 
     def settled(self, url: str, owned: frozenset[int], shards: int) -> bool:
         """Does the view in use show all `shards` led, and the member at `url` in the group
@@ -122,6 +134,8 @@ class Owners(PeriodicThread):
         self._asked_at, self._viewed_at = asked_at, self._clock()
         if self.by_shard:
             self._led_at = self._viewed_at
+        if any(member.url == self._membership.url for member in members):
+            self._listed_at = self._viewed_at
 
     def _ask(self) -> None:
         """Ask for the members unless a request is pending; one pending `REASK_AFTER_S` may be
@@ -151,3 +165,23 @@ def ring_order(members: list[Member]) -> list[Member]:
     waited for the group's session timeout). With sidecars of unequal worker counts, some
     workers of the larger ones still watch each other."""
     return sorted(members, key=lambda m: (m.index, m.sidecar or m.url, m.member_id))
+
+
+def group_reasons(membership: Membership | None, owners: Owners | None) -> list[str]:
+    """Why this worker cannot route calls by the group's view now (empty: it can), for /readyz.
+    The reasons that start with "shard leaders not known" and "not in the group" are its group
+    clients' own: `sidecar.self_heal` restarts the worker on them."""
+    if membership is None or owners is None:
+        return ["shard leaders not known yet"]
+    reasons = [] if membership.assigned_once else ["shard leaders not known yet"]
+    stale_s = owners.stale_s()
+    if stale_s > STALE_AFTER_S:  # calls would go by an old view
+        reasons.append(f"shard leaders not known for {stale_s:.0f} s")
+    leaderless_s = owners.leaderless_s()
+    if leaderless_s > LEADERLESS_AFTER_S:
+        reasons.append(f"no shard has had a leader for {leaderless_s:.0f} s")
+    absent_s = min(owners.absent_s(), membership.joined_s())
+    absent_bound_s = max(ABSENT_AFTER_S, 2 * membership.session_timeout_s)
+    if stale_s <= STALE_AFTER_S and absent_s > absent_bound_s:
+        reasons.append(f"not in the group for {absent_s:.0f} s")
+    return reasons

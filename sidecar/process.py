@@ -41,7 +41,7 @@ from revive.receipt import ReceiptCodec
 from revive.service import PopDeps, PopService
 from sidecar.conductor import Conductor
 from sidecar.membership import Membership
-from sidecar.owners import LEADERLESS_AFTER_S, STALE_AFTER_S, Owners
+from sidecar.owners import Owners, group_reasons
 from sidecar.self_heal import SelfHeal
 from sidecar.shard_roles import ShardRoles
 from sidecar.successor import Successor
@@ -128,15 +128,7 @@ class Sidecar:
             reasons.append(f"kafka unreachable: {self.probe.last_error}")
         if not self._topics_ready:
             reasons.append("kpd topics not created yet")
-        if self.membership is None or not self.membership.assigned_once:
-            reasons.append("shard leaders not known yet")
-        stale_s = self._owners.stale_s() if self._owners is not None else 0.0
-        if stale_s > STALE_AFTER_S:
-            # Calls would go by an old view (`sidecar.owners`); self-heal restarts on this.
-            reasons.append(f"shard leaders not known for {stale_s:.0f} s")
-        leaderless_s = self._owners.leaderless_s() if self._owners is not None else 0.0
-        if leaderless_s > LEADERLESS_AFTER_S:
-            reasons.append(f"no shard has had a leader for {leaderless_s:.0f} s")
+        reasons += group_reasons(self.membership, self._owners)
         clock = self.broker_clock
         if clock is not None and clock.measured and not self._clock_fit():
             reasons.append(

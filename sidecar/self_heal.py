@@ -3,9 +3,10 @@
 After a broker stall, long-lived librdkafka clients have been seen looping on `Local: Unknown
 partition` for minutes while fresh clients read the broker fine. So when this node stays unready
 for a reason its long-lived clients give (Kafka unreachable to the probe, no leader known to the
-group, topics not set up) for `heal_after_s` while a fresh client reaches the cluster, the
-worker exits and its supervisor (`sidecar.workers`) starts a fresh one. When Kafka is really
-away, fresh clients fail too and nothing restarts: readiness says why meanwhile.
+group, the worker left out of the group, topics not set up) for `heal_after_s` while a fresh
+client reaches the cluster, the worker exits and its supervisor (`sidecar.workers`) starts a
+fresh one. When Kafka is really away, fresh clients fail too and nothing restarts: readiness
+says why meanwhile.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from foundation.periodic import PeriodicThread
 log = structlog.get_logger(__name__)
 
 # The /readyz reasons that come from the process's long-lived Kafka clients.
-CLIENT_REASONS = ("kafka unreachable", "shard leaders not known", "kpd topics not created")
+CLIENT_REASONS = (
+    "kafka unreachable",
+    "shard leaders not known",
+    "not in the group",
+    "kpd topics not created",
+)
 CHECK_EVERY_S = 1.0
 
 

@@ -16,22 +16,34 @@ from foundation.metrics import LEADERLESS, OWNERS_VIEW_AGE
 from sidecar import owners as owners_module
 from sidecar.membership import Member
 from sidecar.owners import (
+    ABSENT_AFTER_S,
     DESCRIBE_TIMEOUT_S,
     LEADERLESS_AFTER_S,
     MAX_CLIENTS,
     REASK_AFTER_S,
+    STALE_AFTER_S,
     Owners,
+    group_reasons,
 )
+from sidecar.self_heal import CLIENT_REASONS
 
 A = Member("id-a", "http://a", frozenset({0, 2}))
 B = Member("id-b", "http://b", frozenset({1}))
 
 
 class AskedMembership:
-    """Stands in for the group: hands out the requests' futures for the test to answer."""
+    """Stands in for the group: hands out the requests' futures for the test to answer. This
+    worker is the member at http://a, in the group for `joined` seconds."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[Future[Any], object, float]] = []  # future, client, timeout
+        self.url = "http://a"
+        self.assigned_once = True
+        self.joined = 60.0
+        self.session_timeout_s = 2.0
+
+    def joined_s(self) -> float:
+        return self.joined
 
     def describe(self, admin: object, request_timeout_s: float) -> Future[Any]:
         future: Future[Any] = Future()
@@ -209,3 +221,70 @@ def test_a_member_is_settled_once_every_shard_is_led_and_the_view_shows_what_it_
     assert not owners.settled("http://b", frozenset(), 3)  # not taken here yet
     assert owners.settled("http://b", frozenset({1}), 3)
     assert not owners.settled("http://b", frozenset({1}), 4)  # a shard nobody leads
+
+
+def test_a_worker_fresh_views_leave_out_is_not_in_the_group_and_restarts(clock: Clock) -> None:
+    """After a paused broker came back, a worker's group client never rejoined, and the worker
+    said only "no shard has had a leader", which self-heal does not act on (CI, stop 43)."""
+    membership = AskedMembership()
+    owners = owners_of(membership, clock)
+    owners.tick()
+    membership.answer(0, [A, B])
+    owners.tick()
+    assert owners.absent_s() == 0
+    assert group_reasons(cast(Any, membership), owners) == []
+    for i in range(1, 12):  # fresh views, every second, without this worker
+        clock.now += 1
+        membership.answer(i, [B])
+        owners.tick()
+    assert owners.absent_s() == 11
+    reasons = group_reasons(cast(Any, membership), owners)
+    assert reasons == ["not in the group for 11 s"]
+    assert ABSENT_AFTER_S < 11
+    assert [r for r in reasons if r.startswith(CLIENT_REASONS)] == reasons  # self-heal acts
+
+    membership.joined = 3.0  # it rejoined a moment ago: a join takes a rebalance
+    assert group_reasons(cast(Any, membership), owners) == []
+    membership.joined = 0.0  # out of the group on purpose (its clock too far off)
+    assert group_reasons(cast(Any, membership), owners) == []
+
+    membership.joined = 60.0
+    clock.now += STALE_AFTER_S + 1  # Kafka away: no view says who is in the group
+    assert group_reasons(cast(Any, membership), owners) == ["shard leaders not known for 11 s"]
+
+    membership.answer(12, [A, B])  # listed again
+    owners.tick()
+    assert group_reasons(cast(Any, membership), owners) == []
+
+
+def test_a_joining_worker_may_wait_two_sessions_to_be_listed(clock: Clock) -> None:
+    """Its rebalance waits for a dead member's session to end: with 30 s sessions it was
+    restarted before it could be listed."""
+    membership = AskedMembership()
+    membership.session_timeout_s = 30.0
+    membership.joined = 600.0
+    owners = owners_of(membership, clock)
+    owners.tick()
+    for i in range(59):
+        clock.now += 1
+        membership.answer(i, [B])
+        owners.tick()
+    assert owners.absent_s() == 59
+    assert group_reasons(cast(Any, membership), owners) == []
+    clock.now += 2
+    membership.answer(59, [B])
+    owners.tick()
+    assert group_reasons(cast(Any, membership), owners) == ["not in the group for 61 s"]
+
+
+def test_before_setup_or_the_first_assignment_shard_leaders_are_not_known_yet(
+    clock: Clock,
+) -> None:
+    assert group_reasons(None, None) == ["shard leaders not known yet"]
+    membership = AskedMembership()
+    membership.assigned_once = False
+    owners = owners_of(membership, clock)
+    owners.tick()
+    membership.answer(0, [A, B])
+    owners.tick()
+    assert group_reasons(cast(Any, membership), owners) == ["shard leaders not known yet"]
