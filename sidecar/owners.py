@@ -49,12 +49,12 @@ STALE_AFTER_S = 10.0  # a view older than this leaves the worker unready
 # apart the group never finished a rebalance, nothing was led, and every worker said ready
 # (stop 30). Longer than a rebalance after a member's session timeout.
 LEADERLESS_AFTER_S = 15.0
-# A worker in the group this long whose fresh views still do not list it is unready, and restarts
-# while a fresh client reaches Kafka: after a paused broker came back, a worker's group client
-# never rejoined (no assignment, no error) for the 30 s the test waited (CI, stop 43). Longer
-# than a join: a joining member is listed once the rebalance it began completes, which waits for
-# every member the group has to rejoin or to miss its session (a dead one), so the bound is at
-# least two sessions.
+# A worker in the group this long whose fresh views still do not show it in a settled group is
+# unready, and restarts while a fresh client reaches Kafka: after a paused broker came back, a
+# worker's group client never rejoined (no assignment, no error) for the 30 s the test waited
+# (CI, stop 43). Longer than a join: a joining member is shown once the rebalance it began
+# completes, which waits for every member the group has to rejoin or to miss its session (a dead
+# one), so the bound is at least two sessions.
 ABSENT_AFTER_S = 10.0
 
 
@@ -76,7 +76,7 @@ class Owners(PeriodicThread):
         self._asked_at = float("-inf")  # when the request of the view in use was asked
         self._viewed_at = clock()  # when that view came (before the first: the start)
         self._led_at = self._viewed_at  # when a view last showed a shard led (or the start)
-        self._listed_at = self._viewed_at  # when a view last listed this worker (or the start)
+        self._listed_at = self._viewed_at  # when a stable view last listed this worker
 
     def tick(self) -> None:
         self._ask()
@@ -104,7 +104,8 @@ class Owners(PeriodicThread):
         return 0.0 if self.by_shard else self._clock() - self._led_at
 
     def absent_s(self) -> float:
-        """How long the views have not listed this worker among the members."""
+        """How long the views have not shown this worker in a settled group (since the start,
+        before any did)."""
         return self._clock() - self._listed_at
 
     def settled(self, url: str, owned: frozenset[int], shards: int) -> bool:
@@ -134,7 +135,9 @@ class Owners(PeriodicThread):
         self._asked_at, self._viewed_at = asked_at, self._clock()
         if self.by_shard:
             self._led_at = self._viewed_at
-        if any(member.url == self._membership.url for member in members):
+        # A member counts as in the group once a rebalance has completed with it: a client
+        # stuck between joining and its assignment would be listed by an unsettled group.
+        if stable and any(member.url == self._membership.url for member in members):
             self._listed_at = self._viewed_at
 
     def _ask(self) -> None:

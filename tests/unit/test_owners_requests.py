@@ -233,9 +233,9 @@ def test_a_worker_fresh_views_leave_out_is_not_in_the_group_and_restarts(clock: 
     owners.tick()
     assert owners.absent_s() == 0
     assert group_reasons(cast(Any, membership), owners) == []
-    for i in range(1, 12):  # fresh views, every second, without this worker
+    for i in range(1, 12):  # fresh views, every second, without this worker or still rebalancing
         clock.now += 1
-        membership.answer(i, [B])
+        membership.answer(i, [B] if i % 2 else [A, B], stable=bool(i % 2))
         owners.tick()
     assert owners.absent_s() == 11
     reasons = group_reasons(cast(Any, membership), owners)
