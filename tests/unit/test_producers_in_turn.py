@@ -8,6 +8,7 @@ from typing import Any, cast
 from confluent_kafka import Producer
 
 from foundation.producers_in_turn import ProducersInTurn
+from foundation.supervision import LoopHealth
 
 
 class FakeProducer:
@@ -45,3 +46,26 @@ def test_one_producer_is_taken_every_time() -> None:
     producer = cast(Producer, FakeProducer("t", {}))
     producers = ProducersInTurn.of(producer)
     assert [producers.take() for _ in range(3)] == [producer] * 3
+
+
+def test_a_role_released_while_it_fences_fences_every_id_and_starts() -> None:
+    """The release came while the first id's `init_transactions` waited out the old owner's
+    open transaction: the old owner was fenced already, and a start that ended at the second id
+    left the shard with no writer until the group gave it back (2.5 s late in a CI run)."""
+    health = LoopHealth("delay", 0)
+    made: list[FakeProducer] = []
+
+    class ReleasedMeanwhile(FakeProducer):
+        def init_transactions(self, timeout_s: float) -> None:
+            super().init_transactions(timeout_s)
+            assert health.in_fence  # the group's revoke waits the whole fence out
+            health.released = True
+
+    def make(txn_id: str) -> Producer:
+        made.append(ReleasedMeanwhile(txn_id, {}))
+        return cast(Producer, made[-1])
+
+    producers = ProducersInTurn(make, "kpd.delay-leader-0", fencing=health.fencing)
+    producers.init_transactions(1)
+    assert [p.inits for p in made] == [1, 1]
+    assert not health.in_fence
