@@ -39,6 +39,11 @@ class Member:
     index: int = 0  # among its sidecar's workers
     sidecar: str = ""  # the address its sidecar's workers share ("": a member before places)
 
+    @property
+    def home(self) -> str:
+        """The sidecar it runs in: its workers die together when the machine does."""
+        return self.sidecar or self.url
+
 
 def client_id(url: str, index: int, sidecar: str) -> str:
     return f"{CLIENT_PREFIX}{url} {index} {sidecar}"

@@ -69,6 +69,7 @@ class Owners(PeriodicThread):
         self._membership, self._new_admin, self._clock = membership, new_admin, clock
         self.by_shard: dict[int, str] = {}  # replaced whole, so readers never see it half-made
         self.members: list[Member] = []
+        self._guardians: tuple[list[Member], list[str | None]] = ([], [])  # for `members`
         self.stable = False  # the view in use shows the group between rebalances
         self._admin: AdminClient | None = None  # the client new requests go to
         # Requests not answered yet -> when asked, and the client they wait in.
@@ -119,14 +120,14 @@ class Owners(PeriodicThread):
         mine = [m.shards for m in self.members if m.url == url]
         return self.stable and mine == [owned] and len(self.by_shard) == shards
 
-    def predecessor(self, url: str) -> Member | None:
-        """The member before the one at `url` in the ring of members (`ring_order`; the first
-        one's is the last): the member it watches and would take shards over from next."""
-        members = self.members
-        mine = [i for i, m in enumerate(members) if m.url == url]
-        if not mine or len(members) < 2:
-            return None
-        return members[mine[0] - 1]
+    def watched(self, url: str) -> list[Member]:
+        """The members the one at `url` watches, keeps a standby of, and takes shards over from
+        while they seem dead: those it is the guardian of (`guardian`)."""
+        members, (seen, guardians) = self.members, self._guardians
+        if seen is not members:  # a new view: worked out once, read by several threads
+            guardians = [guardian(members, i) for i in range(len(members))]
+            self._guardians = (members, guardians)
+        return [m for m, g in zip(members, guardians, strict=True) if m.url != url and g == url]
 
     def _show(self, members: list[Member], stable: bool, asked_at: float) -> None:
         self.by_shard = {s: m.url for m in members for s in m.shards}
@@ -161,13 +162,25 @@ class Owners(PeriodicThread):
 
 def ring_order(members: list[Member]) -> list[Member]:
     """The ring of members: every sidecar's first worker, then every sidecar's second, and so
-    on, so that a worker's predecessor is a worker of another sidecar wherever the counts allow.
+    on, so that the next worker is one of another sidecar wherever the counts allow.
     Ordered by member id alone, a sidecar's workers came one after the other (a member id starts
     with its client id, which starts with the worker's address): its first worker was watched by
     its second, and when the whole sidecar died nobody took the first one's shards early (they
-    waited for the group's session timeout). With sidecars of unequal worker counts, some
-    workers of the larger ones still watch each other."""
-    return sorted(members, key=lambda m: (m.index, m.sidecar or m.url, m.member_id))
+    waited for the group's session timeout). Who watches whom: `guardian`."""
+    return sorted(members, key=lambda m: (m.index, m.home, m.member_id))
+
+
+def guardian(ring: list[Member], i: int) -> str | None:
+    """The address of the member that watches `ring[i]`: the first one after it in the ring (the
+    last one's: the first) that runs in another sidecar, so that a sidecar that dies whole is
+    taken over early; in a group of one sidecar, the next member. With sidecars of unequal worker
+    counts, the ring puts some workers of a larger sidecar side by side, and then one worker
+    elsewhere watches several (2 workers and 1: the lone worker watches both, where the ring's
+    neighbour alone left one of them to the group's session timeout)."""
+    after = [ring[(i + step) % len(ring)] for step in range(1, len(ring))]
+    elsewhere = [member for member in after if member.home != ring[i].home]
+    watcher = (elsewhere or after)[:1]
+    return watcher[0].url if watcher else None
 
 
 def group_reasons(membership: Membership | None, owners: Owners | None) -> list[str]:

@@ -1,14 +1,14 @@
 """Early takeover of a dead sidecar's shards, before the group notices (bounded failover).
 
 The group coordinator reassigns a crashed member's shards only after its session timeout (6 s at
-least on a stock broker). Meanwhile each member watches one other: its predecessor in the ring of
-members (ordered by member id). It probes the predecessor 4 times a second (a TCP connect, or a
-health call) and starts the predecessor's shards itself once it takes it for gone (`Silence`).
-Their roles' `init_transactions` fence the predecessor's transactional ids, so a paused
-predecessor that wakes up can never write again: never two writers, never a duplicate. Once the
-group has reassigned the shards (to this member or another, which then fences it in turn), or the
-predecessor answers again, the early takeover ends and the group's word holds (the delay roles
-hand over: they deliver until the shards' new owner fences them, `sidecar.conductor`).
+least on a stock broker). Meanwhile each member is watched by one other, on another sidecar
+where there is one (`sidecar.owners.guardian`). The watcher probes it 4 times a second (a TCP
+connect, or a health call) and starts its shards itself once it takes it for gone (`Silence`).
+Their roles' `init_transactions` fence the watched member's transactional ids, so a paused member
+that wakes up can never write again: never two writers, never a duplicate. Once the group has
+reassigned the shards (to this member or another, which then fences it in turn), or the member
+answers again, the early takeover ends and the group's word holds (the delay roles hand over:
+they deliver until the shards' new owner fences them, `sidecar.conductor`).
 
 Taking over a live member is not free: each of its roles is fenced and restarts, then fences the
 taker in turn. With each worker capped at a quarter of a core, a worker busy with a burst missed
@@ -95,8 +95,8 @@ class Successor(PeriodicThread):
         super().__init__("successor", PROBE_EVERY_S)
         self._owners, self._url = owners, url
         self.shards: frozenset[int] = frozenset()  # taken over early, not (yet) assigned here
-        self._silences: dict[str, Silence] = {}
-        self._health_at = 0.0  # when the last health call was made
+        self._silences: dict[str, Silence] = {}  # of each watched member, by address
+        self._health_at: dict[str, float] = {}  # when each one's last health call was made
         self._http = httpx.Client(timeout=PROBE_TIMEOUT_S)
 
     def stop(self) -> None:
@@ -104,13 +104,25 @@ class Successor(PeriodicThread):
         self._http.close()
 
     def tick(self) -> None:
-        watched = self._predecessor()
-        if watched is None:
-            self.shards = frozenset()
-            return
-        url, shards = watched
-        silence = self._silences.get(url) or Silence()
-        self._silences = {url: silence}  # a new predecessor starts with a clean record
+        # The members watched now, with the shards the group gives them; a member newly watched
+        # starts with a clean record.
+        watched = {m.url: m.shards for m in self._owners.watched(self._url) if m.shards}
+        self._silences = {url: self._silences.get(url) or Silence() for url in watched}
+        self._health_at = {url: self._health_at.get(url, 0.0) for url in watched}
+        taken: frozenset[int] = frozenset()
+        for url, shards in watched.items():
+            gone = self._gone(url, self._silences[url])
+            if gone is None:
+                continue
+            if not shards <= self.shards:
+                EARLY_TAKEOVERS.labels(cause=gone.value).inc()
+                log.warning("taking over a silent sidecar's shards", sidecar=url,
+                            shards=sorted(shards), cause=gone.value)  # fmt: skip
+            taken |= shards
+        self.shards = taken
+
+    def _gone(self, url: str, silence: Silence) -> Probe | None:
+        """Probe the member at `url`: why it is taken for gone, if it is."""
         if silence.heard(self._probe(url, silence), time.monotonic()):
             EARLY_TAKEOVER_FALSE_ALARMS.inc()
             log.warning(
@@ -119,27 +131,18 @@ class Successor(PeriodicThread):
                 sidecar=url,
                 allowed_s=silence.allowed_s,
             )
-        if silence.gone is None:
-            self.shards = frozenset()
-            return
-        if shards != self.shards:
-            cause = silence.gone.value
-            EARLY_TAKEOVERS.labels(cause=cause).inc()
-            log.warning("taking over a silent sidecar's shards", sidecar=url, shards=sorted(shards),
-                        cause=cause)  # fmt: skip
-        self.shards = shards
+        return silence.gone
 
     def _probe(self, url: str, silence: Silence) -> Probe:
         now = time.monotonic()
-        if silence.silent or silence.gone is not None or now - self._health_at >= HEALTH_EVERY_S:
-            self._health_at = now
+        if (
+            silence.silent
+            or silence.gone is not None
+            or now - self._health_at[url] >= HEALTH_EVERY_S
+        ):
+            self._health_at[url] = now
             return health_probe(self._http, url)
         return tcp_probe(url)
-
-    def _predecessor(self) -> tuple[str, frozenset[int]] | None:
-        """The member this one watches, with the shards the group gives it."""
-        watched = self._owners.predecessor(self._url)
-        return (watched.url, watched.shards) if watched is not None and watched.shards else None
 
 
 def health_probe(http: httpx.Client, url: str) -> Probe:

@@ -108,3 +108,18 @@ def test_every_worker_of_a_killed_sidecar_is_taken_over_early(sidecar_factory):
     killed = time.monotonic()
     wait_for(lambda: led_shards(b) == {0, 1, 2, 3}, 15, "b leads every shard")
     print(f"\nb led every shard {time.monotonic() - killed:.1f} s after the kill")
+
+
+def test_a_killed_sidecar_of_more_workers_than_the_other_s_is_taken_over_early(sidecar_factory):
+    """Sidecar a of two workers, b of one, a group session of 30 s. The ring is a0, b0, a1 (or
+    b0, a0, a1): by the ring's neighbours alone one of a's workers watched the other, and when a
+    was killed that worker's shard waited out the session. b's worker watches both now."""
+    session = {"shards": "3", "election_session_timeout_ms": "30000"}
+    a = sidecar_factory("a", workers="2", worker_port_base=str(two_free_ports()), **session)
+    a.start()
+    b = sidecar_factory("b", workers="1", **session).start()
+    wait_for(lambda: len(led_shards(a)) == 2 and len(led_shards(b)) == 1, 60, "a shard each")
+    a.terminate(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: led_shards(b) == {0, 1, 2}, 15, "b leads every shard")
+    print(f"\nb led every shard {time.monotonic() - killed:.1f} s after the kill")

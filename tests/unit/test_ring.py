@@ -1,4 +1,4 @@
-"""The ring of members: whom each one watches and keeps a standby of (`Owners.predecessor`)."""
+"""The ring of members: whom each one watches and keeps a standby of (`Owners.watched`)."""
 
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ def worker(sidecar: str, index: int, port: int) -> Member:
 def test_each_member_watches_the_one_before_it_and_the_first_the_last() -> None:
     a, b, c = (Member(f"id-{n}", f"http://{n}", frozenset({i})) for i, n in enumerate("abc"))
     owners = ring(c, a, b)  # listed in any order: the ring is ordered by member id
-    assert [owners.predecessor(m.url) for m in (a, b, c)] == [c, a, b]
+    assert [owners.watched(m.url) for m in (a, b, c)] == [[c], [a], [b]]
 
 
-def test_no_predecessor_alone_or_when_not_a_member() -> None:
+def test_nothing_watched_alone_or_when_not_a_member() -> None:
     a = Member("id-a", "http://a", frozenset({0, 1}))
-    assert ring(a).predecessor("http://a") is None
-    assert ring(a, Member("id-b", "http://b", frozenset())).predecessor("http://c") is None
-    assert ring().predecessor("http://a") is None
+    assert ring(a).watched("http://a") == []
+    assert ring(a, Member("id-b", "http://b", frozenset())).watched("http://c") == []
+    assert ring().watched("http://a") == []
 
 
 def test_every_worker_is_watched_by_a_worker_of_another_sidecar() -> None:
@@ -48,10 +48,30 @@ def test_every_worker_is_watched_by_a_worker_of_another_sidecar() -> None:
     )
     assert sorted([a0, a1, b0, b1], key=lambda m: m.member_id) == [a0, a1, b0, b1]
     owners = ring(b1, a1, b0, a0)
-    watchers = {owners.predecessor(m.url).url: m.url for m in (a0, a1, b0, b1)}  # type: ignore[union-attr]
+    watchers = {w.url: m.url for m in (a0, a1, b0, b1) for w in owners.watched(m.url)}
     for watched, watcher in watchers.items():
         assert watched.split(":")[1] != watcher.split(":")[1], f"{watcher} watches {watched}"
     assert len(watchers) == 4  # each worker watched by one
+    assert all(len(owners.watched(m.url)) == 1 for m in (a0, a1, b0, b1))  # each watches one
+
+
+def test_with_unequal_worker_counts_a_whole_sidecar_is_still_watched_from_elsewhere() -> None:
+    """Sidecar a of 2 workers, b of 1: the ring is a0, b0, a1, and a1's neighbour is a0. By the
+    ring's neighbours alone, a0 watched a1, and when sidecar a died a1's shards waited for the
+    group's session timeout. Now b0 watches both of a's workers, and a1 watches b0."""
+    a0, a1, b0 = worker("a", 0, 9100), worker("a", 1, 9101), worker("b", 0, 9100)
+    owners = ring(a1, b0, a0)
+    assert owners.members == [a0, b0, a1]
+    assert owners.watched(b0.url) == [a0, a1]
+    assert owners.watched(a1.url) == [b0]
+    assert owners.watched(a0.url) == []
+
+
+def test_one_sidecar_s_workers_watch_each_other_in_turn() -> None:
+    """With no other sidecar, a worker that dies alone is taken over early by the next one."""
+    a0, a1, a2 = worker("a", 0, 9100), worker("a", 1, 9101), worker("a", 2, 9102)
+    owners = ring(a2, a0, a1)
+    assert [owners.watched(m.url) for m in (a0, a1, a2)] == [[a2], [a0], [a1]]
 
 
 def test_a_member_id_of_an_older_worker_or_a_foreign_client() -> None:
