@@ -166,9 +166,7 @@ class PopRouter:
         self, url: str, group: str, topic: str, wanted: int, invisible_ms: int
     ) -> list[dict[str, Any]]:
         body = {"max_messages": wanted, "invisible_ms": invisible_ms, "wait_ms": 0}
-        answer = await forward(
-            self._node, "pop", url, f"/v1/groups/{group}/topics/{topic}/pop", body
-        )
+        answer = await forward(self._node, "pop", url, pop_path(group, topic), body)
         return list(answer["messages"])
 
     async def _park(self, group: str, topic: str, sources: list[Source], left_s: float) -> None:
@@ -180,7 +178,7 @@ class PopRouter:
             if any(service.fetchers.available(group, topic) for service in services):
                 return  # arrived since the last look
             waits: list[Awaitable[Any]] = [arrived.wait()]
-            path = f"/v1/groups/{group}/topics/{topic}/pop"
+            path = pop_path(group, topic)
             for url in (s for s in sources if isinstance(s, str)):
                 body = {"max_messages": 1, "wait_ms": int(left_s * 1000)}
                 waits.append(forward(self._node, "watch", url, path, body, {WATCH: "1"}))
@@ -249,3 +247,8 @@ def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
             merged["partitions"].update(numbers["partitions"])
     dead = sum(part.get("dead_lettered", 0) for part in parts)
     return {"topics": topics, "dead_lettered": dead}
+
+
+def pop_path(group: str, topic: str) -> str:
+    """The path of a (group, topic)'s pop at another sidecar, for a pop or a watch forwarded."""
+    return f"/v1/groups/{group}/topics/{topic}/pop"

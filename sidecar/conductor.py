@@ -9,7 +9,7 @@ this worker leaves the group). RocksDB thus has one writer per shard at a time: 
 leaves the shards of those roles alone.
 
 The standby keeps the pop state of only the shards this worker would take over next (the process
-chooses them: those of the members it watches, `sidecar.owners.guardian`), as Kafka Streams
+chooses them: those of the members it watches, `sidecar.ring.guardian`), as Kafka Streams
 keeps one standby replica per task: with every worker applying every pop record of the shards it
 did not lead, the work grew with the number of workers. A pop role taking over a shard not
 followed here replays `kpd.pop-state` from the shard's replay floor (bounded). Schedules are kept

@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient
 from foundation.metrics import LEADERLESS, OWNERS_VIEW_AGE
 from foundation.periodic import PeriodicThread
 from sidecar.membership import Member, Membership
+from sidecar.ring import Ring
 
 log = structlog.get_logger(__name__)
 
@@ -68,8 +69,7 @@ class Owners(PeriodicThread):
         super().__init__("owners", REFRESH_S)
         self._membership, self._new_admin, self._clock = membership, new_admin, clock
         self.by_shard: dict[int, str] = {}  # replaced whole, so readers never see it half-made
-        self.members: list[Member] = []
-        self._guardians: tuple[list[Member], list[str | None]] = ([], [])  # for `members`
+        self.ring = Ring()  # the members of the view in use, replaced whole
         self.stable = False  # the view in use shows the group between rebalances
         self._admin: AdminClient | None = None  # the client new requests go to
         # Requests not answered yet -> when asked, and the client they wait in.
@@ -117,22 +117,13 @@ class Owners(PeriodicThread):
         no assignment at all, and one preparing a rebalance with what they held before it: the
         joining member with nothing while the others hold every shard, which let a worker count
         as started before its shards came, in a run of `test_workers.py`.)"""
-        mine = [m.shards for m in self.members if m.url == url]
+        mine = [m.shards for m in self.ring.members if m.url == url]
         return self.stable and mine == [owned] and len(self.by_shard) == shards
-
-    def watched(self, url: str) -> list[Member]:
-        """The members the one at `url` watches, keeps a standby of, and takes shards over from
-        while they seem dead: those it is the guardian of (`guardian`)."""
-        members, (seen, guardians) = self.members, self._guardians
-        if seen is not members:  # a new view: worked out once, read by several threads
-            guardians = [guardian(members, i) for i in range(len(members))]
-            self._guardians = (members, guardians)
-        return [m for m, g in zip(members, guardians, strict=True) if m.url != url and g == url]
 
     def _show(self, members: list[Member], stable: bool, asked_at: float) -> None:
         self.by_shard = {s: m.url for m in members for s in m.shards}
         self.stable = stable
-        self.members = ring_order(members)
+        self.ring = Ring.of(members)
         self._asked_at, self._viewed_at = asked_at, self._clock()
         if self.by_shard:
             self._led_at = self._viewed_at
@@ -160,36 +151,14 @@ class Owners(PeriodicThread):
         self._pending[future] = (now, self._admin)
 
 
-def ring_order(members: list[Member]) -> list[Member]:
-    """The ring of members: every sidecar's first worker, then every sidecar's second, and so
-    on, so that the next worker is one of another sidecar wherever the counts allow.
-    Ordered by member id alone, a sidecar's workers came one after the other (a member id starts
-    with its client id, which starts with the worker's address): its first worker was watched by
-    its second, and when the whole sidecar died nobody took the first one's shards early (they
-    waited for the group's session timeout). Who watches whom: `guardian`."""
-    return sorted(members, key=lambda m: (m.index, m.home, m.member_id))
-
-
-def guardian(ring: list[Member], i: int) -> str | None:
-    """The address of the member that watches `ring[i]`: the first one after it in the ring (the
-    last one's: the first) that runs in another sidecar, so that a sidecar that dies whole is
-    taken over early; in a group of one sidecar, the next member. With sidecars of unequal worker
-    counts, the ring puts some workers of a larger sidecar side by side, and then one worker
-    elsewhere watches several (2 workers and 1: the lone worker watches both, where the ring's
-    neighbour alone left one of them to the group's session timeout)."""
-    after = [ring[(i + step) % len(ring)] for step in range(1, len(ring))]
-    elsewhere = [member for member in after if member.home != ring[i].home]
-    watcher = (elsewhere or after)[:1]
-    return watcher[0].url if watcher else None
-
-
 def group_reasons(membership: Membership | None, owners: Owners | None) -> list[str]:
     """Why this worker cannot route calls by the group's view now (empty: it can), for /readyz.
     The reasons that start with "shard leaders not known" and "not in the group" are its group
     clients' own: `sidecar.self_heal` restarts the worker on them."""
+    not_known = "shard leaders not known yet"  # no assignment seen yet
     if membership is None or owners is None:
-        return ["shard leaders not known yet"]
-    reasons = [] if membership.assigned_once else ["shard leaders not known yet"]
+        return [not_known]
+    reasons = [] if membership.assigned_once else [not_known]
     stale_s = owners.stale_s()
     if stale_s > STALE_AFTER_S:  # calls would go by an old view
         reasons.append(f"shard leaders not known for {stale_s:.0f} s")

@@ -270,7 +270,7 @@ class Sidecar:
     def _others_in_group(self) -> bool:
         """Are other members in the group, as last seen (refreshed every second)?"""
         owners = self._owners
-        return owners is not None and any(member.url != self.url for member in owners.members)
+        return owners is not None and any(member.url != self.url for member in owners.ring.members)
 
     def _clock_fit(self) -> bool:
         """Measured, and close enough to the broker's to lead (it waits the offset out)."""

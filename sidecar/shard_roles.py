@@ -41,10 +41,11 @@ class ShardRoles:
     def next_to_take(self) -> Shards:
         """The shards this worker would take over next, so its standby keeps their pop state hot
         (the conductor leaves out those led here): those of the members its successor watch
-        probes (`Owners.watched`). Until the members are known, every shard."""
-        if not self._owners.members:
+        probes (`Ring.watched`). Until the members are known, every shard."""
+        ring = self._owners.ring
+        if not ring.members:
             return frozenset(range(self._shards.shards))
-        return frozenset(s for member in self._owners.watched(self._url) for s in member.shards)
+        return frozenset(s for member in ring.watched(self._url) for s in member.shards)
 
     def schedules_kept(self, led: Shards, follow: Shards) -> Shards:
         """The shards whose schedules a standby keeps, given the shards whose roles run here and

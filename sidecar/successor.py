@@ -2,7 +2,7 @@
 
 The group coordinator reassigns a crashed member's shards only after its session timeout (6 s at
 least on a stock broker). Meanwhile each member is watched by one other, on another sidecar
-where there is one (`sidecar.owners.guardian`). The watcher probes it 4 times a second (a TCP
+where there is one (`sidecar.ring.guardian`). The watcher probes it 4 times a second (a TCP
 connect, or a health call) and starts its shards itself once it takes it for gone (`Silence`).
 Their roles' `init_transactions` fence the watched member's transactional ids, so a paused member
 that wakes up can never write again: never two writers, never a duplicate. Once the group has
@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import socket
 import time
+from dataclasses import dataclass, field
 
 import httpx
 import structlog
@@ -90,13 +91,20 @@ class Silence:
         return False
 
 
+@dataclass
+class Watch:
+    """One watched member: what its probes say, and when it last had a health call."""
+
+    silence: Silence = field(default_factory=Silence)
+    health_at: float = 0.0
+
+
 class Successor(PeriodicThread):
     def __init__(self, owners: Owners, url: str) -> None:
         super().__init__("successor", PROBE_EVERY_S)
         self._owners, self._url = owners, url
         self.shards: frozenset[int] = frozenset()  # taken over early, not (yet) assigned here
-        self._silences: dict[str, Silence] = {}  # of each watched member, by address
-        self._health_at: dict[str, float] = {}  # when each one's last health call was made
+        self._watches: dict[str, Watch] = {}  # of each watched member, by address
         self._http = httpx.Client(timeout=PROBE_TIMEOUT_S)
 
     def stop(self) -> None:
@@ -106,12 +114,11 @@ class Successor(PeriodicThread):
     def tick(self) -> None:
         # The members watched now, with the shards the group gives them; a member newly watched
         # starts with a clean record.
-        watched = {m.url: m.shards for m in self._owners.watched(self._url) if m.shards}
-        self._silences = {url: self._silences.get(url) or Silence() for url in watched}
-        self._health_at = {url: self._health_at.get(url, 0.0) for url in watched}
+        watched = {m.url: m.shards for m in self._owners.ring.watched(self._url) if m.shards}
+        self._watches = {url: self._watches.get(url) or Watch() for url in watched}
         taken: frozenset[int] = frozenset()
         for url, shards in watched.items():
-            gone = self._gone(url, self._silences[url])
+            gone = self._gone(url, self._watches[url])
             if gone is None:
                 continue
             if not shards <= self.shards:
@@ -121,9 +128,10 @@ class Successor(PeriodicThread):
             taken |= shards
         self.shards = taken
 
-    def _gone(self, url: str, silence: Silence) -> Probe | None:
+    def _gone(self, url: str, watch: Watch) -> Probe | None:
         """Probe the member at `url`: why it is taken for gone, if it is."""
-        if silence.heard(self._probe(url, silence), time.monotonic()):
+        silence = watch.silence
+        if silence.heard(self._probe(url, watch), time.monotonic()):
             EARLY_TAKEOVER_FALSE_ALARMS.inc()
             log.warning(
                 "the sidecar taken over on silence answers again: it was alive; it may be "
@@ -133,14 +141,11 @@ class Successor(PeriodicThread):
             )
         return silence.gone
 
-    def _probe(self, url: str, silence: Silence) -> Probe:
+    def _probe(self, url: str, watch: Watch) -> Probe:
         now = time.monotonic()
-        if (
-            silence.silent
-            or silence.gone is not None
-            or now - self._health_at[url] >= HEALTH_EVERY_S
-        ):
-            self._health_at[url] = now
+        silence = watch.silence
+        if silence.silent or silence.gone is not None or now - watch.health_at >= HEALTH_EVERY_S:
+            watch.health_at = now
             return health_probe(self._http, url)
         return tcp_probe(url)
 

@@ -1,17 +1,13 @@
-"""The ring of members: whom each one watches and keeps a standby of (`Owners.watched`)."""
+"""The ring of members: whom each one watches and keeps a standby of (`Ring.watched`)."""
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from sidecar.membership import Member, client_id, member_of
-from sidecar.owners import Owners, ring_order
+from sidecar.ring import Ring
 
 
-def ring(*members: Member) -> Owners:
-    owners = Owners(cast(Any, None), cast(Any, None))  # never started: no Kafka here
-    owners.members = ring_order(list(members))
-    return owners
+def ring(*members: Member) -> Ring:
+    return Ring.of(list(members))
 
 
 def worker(sidecar: str, index: int, port: int) -> Member:
@@ -61,7 +57,7 @@ def test_with_unequal_worker_counts_a_whole_sidecar_is_still_watched_from_elsewh
     group's session timeout. Now b0 watches both of a's workers, and a1 watches b0."""
     a0, a1, b0 = worker("a", 0, 9100), worker("a", 1, 9101), worker("b", 0, 9100)
     owners = ring(a1, b0, a0)
-    assert owners.members == [a0, b0, a1]
+    assert owners.members == (a0, b0, a1)
     assert owners.watched(b0.url) == [a0, a1]
     assert owners.watched(a1.url) == [b0]
     assert owners.watched(a0.url) == []
