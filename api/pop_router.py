@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from api.availability import until
-from api.forwarding import forward
+from api.forwarding import forward, segment
 from api.node import Node
 from api.problems import leadership_moving
 from api.shard_answers import shard_answer
@@ -213,7 +213,7 @@ class PopRouter:
             # over early is still named by the group for seconds (its session), and asking it
             # failed every stats call until then.
             urls = {owners[s] for s, service in services.items() if service is None} - {node.url}
-            path = f"/v1/groups/{group}"
+            path = f"/v1/groups/{segment(group)}"
             parts += await asyncio.gather(
                 *(forward(node, "stats", url, path, None) for url in sorted(urls))
             )
@@ -251,4 +251,4 @@ def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def pop_path(group: str, topic: str) -> str:
     """The path of a (group, topic)'s pop at another sidecar, for a pop or a watch forwarded."""
-    return f"/v1/groups/{group}/topics/{topic}/pop"
+    return f"/v1/groups/{segment(group)}/topics/{segment(topic)}/pop"

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from api.forwarding import forward
+from api.forwarding import forward, segment
 from api.node import Node
 from api.problems import Problem, leadership_moving
 from api.shard_answers import shard_answer
@@ -77,7 +77,7 @@ def _calls(
             remote.setdefault(owners[shard], []).extend(shard_items)
     for url, url_items in remote.items():
         body = _body(kind, [(t, a) for _, t, _, a in url_items])
-        answer = forward(node, kind, url, f"/v1/groups/{group}/{kind}", body)
+        answer = forward(node, kind, url, f"/v1/groups/{segment(group)}/{kind}", body)
         calls.append((url_items, _results(answer)))
     return calls
 

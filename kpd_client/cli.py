@@ -22,7 +22,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -127,7 +127,7 @@ def run_verb(args: argparse.Namespace, default_url: Callable[[], str]) -> int:
 
 
 def _produce(client: KpdClient, args: argparse.Namespace) -> int:
-    topic = _segment(args.topic)
+    topic = args.topic
     if args.value is not None:
         message = message_from_flags(
             args.value, args.key, args.header, args.delay_ms, args.deliver_at, args.id
@@ -168,7 +168,7 @@ def _report_produced(results: list[dict[str, Any]]) -> int:
 
 
 def _pop(client: KpdClient, args: argparse.Namespace) -> int:
-    group, topic = _segment(args.group), _segment(args.topic)
+    group, topic = args.group, args.topic
     for message in client.pop(group, topic, args.max, args.invisible_ms, args.wait_ms):
         _emit(_popped_json(message))
     return DONE
@@ -186,7 +186,7 @@ def _popped_json(message: PoppedMessage) -> dict[str, Any]:
 
 
 def _settle(client: KpdClient, args: argparse.Namespace) -> int:
-    group = _segment(args.group)
+    group = args.group
     receipts = _receipts(args.receipts)
     call: str = args.call
     wanted = SUCCEEDED[call]
@@ -230,7 +230,7 @@ def _receipts(given: list[str]) -> list[str]:
 
 
 def _schedules(client: KpdClient, args: argparse.Namespace) -> int:
-    schedule_id = _segment(args.id)
+    schedule_id = args.id
     if args.action == "get":
         _emit(client.schedule(schedule_id))
     else:
@@ -240,7 +240,7 @@ def _schedules(client: KpdClient, args: argparse.Namespace) -> int:
 
 
 def _groups(client: KpdClient, args: argparse.Namespace) -> int:
-    stats = client.group(_segment(args.group))
+    stats = client.group(args.group)
     if args.json:
         _emit(stats)
     else:
@@ -274,12 +274,6 @@ def _checked_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise UsageError(f"URL {url!r}: expected http(s)://host[:port][/path]")
     return url.rstrip("/")
-
-
-def _segment(name: str) -> str:
-    """A name as one URL path segment: `/`, `..`, `?` and the like cannot reach another route."""
-    segment = quote(name, safe="")
-    return segment.replace(".", "%2E") if segment in (".", "..") else segment
 
 
 def _text(value: str) -> str:

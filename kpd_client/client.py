@@ -31,6 +31,8 @@ from typing import Any
 import httpx
 import stamina
 
+from kpd_client import calls
+from kpd_client.calls import Call
 from kpd_client.retry import (
     RETRY_DEADLINE_S,
     KpdError,
@@ -92,32 +94,6 @@ def _checked(response: httpx.Response) -> Any:
         retry_after = retry_after_s(response.headers.get("retry-after"))
         raise KpdError(response.status_code, problem, retry_after)
     return None if response.status_code == 204 else response.json()
-
-
-Call = tuple[str, str, dict[str, Any] | None, float | None]  # method, path, body, timeout
-
-
-class _Calls:
-    """Request shapes shared by the sync and async clients."""
-
-    @staticmethod
-    def pop(
-        group: str, topic: str, max_messages: int, invisible_ms: int | None, wait_ms: int
-    ) -> Call:
-        body: dict[str, Any] = {"max_messages": max_messages, "wait_ms": wait_ms}
-        if invisible_ms is not None:
-            body["invisible_ms"] = invisible_ms
-        return "POST", f"/v1/groups/{group}/topics/{topic}/pop", body, wait_ms / 1000 + 60
-
-    @staticmethod
-    def settle(group: str, call: str, receipts: Iterable[str], **item: Any) -> Call:
-        """ack (receipts), nack (delay_ms), leases (invisible_ms), reject (reason)."""
-        body = (
-            {"receipts": list(receipts)}
-            if call == "ack"
-            else {"items": [{"receipt": r, **item} for r in receipts]}
-        )
-        return "POST", f"/v1/groups/{group}/{call}", body, None
 
 
 # The backoff hook alone decides when to stop (it knows each call's deadline).
@@ -188,12 +164,12 @@ class KpdClient(_Client):
         self, group: str, call: str, receipts: Iterable[str], **item: Any
     ) -> list[dict[str, Any]]:
         receipts, deadline = list(receipts), self._deadline()
-        first = self._call(_Calls.settle(group, call, receipts, **item), deadline)
+        first = self._call(calls.settle(group, call, receipts, **item), deadline)
         results = list(first["results"])
         while (again := unsettled(results, deadline)) is not None:
             places, wait_s = again
             time.sleep(wait_s)
-            settle = _Calls.settle(group, call, places.of(receipts), **item)
+            settle = calls.settle(group, call, places.of(receipts), **item)
             places.fill(results, self._call(settle, deadline)["results"])
         return results
 
@@ -209,17 +185,16 @@ class KpdClient(_Client):
         return _checked(self._http.request(method, urls[-1] + path, json=body, **kwargs))
 
     def produce(self, topic: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        call = ("POST", f"/v1/topics/{topic}/messages", {"messages": messages}, None)
-        return list(self._call(call)["results"])
+        return list(self._call(calls.produce(topic, messages))["results"])
 
     def schedule(self, schedule_id: str) -> dict[str, Any]:
-        return dict(self._call(("GET", f"/v1/schedules/{schedule_id}", None, None)))
+        return dict(self._call(calls.schedule("GET", schedule_id)))
 
     def cancel(self, schedule_id: str) -> None:
-        self._call(("DELETE", f"/v1/schedules/{schedule_id}", None, None))
+        self._call(calls.schedule("DELETE", schedule_id))
 
     def group(self, group: str) -> dict[str, Any]:
-        return dict(self._call(("GET", f"/v1/groups/{group}", None, None)))
+        return dict(self._call(calls.group(group)))
 
     def pop(
         self,
@@ -229,7 +204,7 @@ class KpdClient(_Client):
         invisible_ms: int | None = None,
         wait_ms: int = 0,
     ) -> list[PoppedMessage]:
-        return _messages(self._call(_Calls.pop(group, topic, max_messages, invisible_ms, wait_ms)))
+        return _messages(self._call(calls.pop(group, topic, max_messages, invisible_ms, wait_ms)))
 
     def ack(self, group: str, receipts: Iterable[str]) -> list[dict[str, Any]]:
         return self._settle(group, "ack", receipts)
@@ -294,7 +269,7 @@ class AsyncKpdClient(_Client):
         wait_ms: int = 0,
     ) -> list[PoppedMessage]:
         return _messages(
-            await self._call(_Calls.pop(group, topic, max_messages, invisible_ms, wait_ms))
+            await self._call(calls.pop(group, topic, max_messages, invisible_ms, wait_ms))
         )
 
     async def settle(
@@ -302,11 +277,11 @@ class AsyncKpdClient(_Client):
     ) -> list[dict[str, Any]]:
         """`call` is ack, nack (delay_ms=), leases (invisible_ms=) or reject (reason=)."""
         receipts, deadline = list(receipts), self._deadline()
-        first = await self._call(_Calls.settle(group, call, receipts, **item), deadline)
+        first = await self._call(calls.settle(group, call, receipts, **item), deadline)
         results = list(first["results"])
         while (again := unsettled(results, deadline)) is not None:
             places, wait_s = again
             await asyncio.sleep(wait_s)
-            settle = _Calls.settle(group, call, places.of(receipts), **item)
+            settle = calls.settle(group, call, places.of(receipts), **item)
             places.fill(results, (await self._call(settle, deadline))["results"])
         return results

@@ -189,6 +189,47 @@ def test_pops_across_shards_are_exclusive_with_exact_counts(
     assert any(len(seen) > 1 for seen in counts.values())  # nacks really went around
 
 
+def test_a_group_or_id_named_dot_or_dot_dot_is_served_across_sidecars(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """`.` and `..` match the API's name patterns. In a URL path an HTTP client takes them for
+    directory steps: a forwarded pop of group `..` went to `/v1/topics/<topic>/pop`, and the SDK
+    read schedule `..` at `/v1/`. Here every name is one quoted segment, in the SDK and in the
+    calls a sidecar forwards to a shard's owner."""
+    nodes = start(sidecar_factory, "ab")
+    wait_for(lambda: spread(nodes), 60, "the shards spread over both sidecars")
+    target = new_topic("dots")
+    with KpdClient(nodes[0].url) as a, KpdClient(nodes[1].url) as b:
+        results = a.produce(target, [
+            {"value": "one", "delay_ms": 600_000, "id": "."},
+            {"value": "two", "delay_ms": 600_000, "id": ".."},
+        ])  # fmt: skip
+        assert [r["status"] for r in results] == ["scheduled", "scheduled"]
+        b.cancel(".")
+        assert [a.schedule(i)["state"] for i in (".", "..")] == ["cancelled", "scheduled"]
+        assert [b.schedule(i)["state"] for i in (".", "..")] == ["cancelled", "scheduled"]
+
+        topic = new_topic(partitions=SHARDS)  # lanes on both sidecars
+        values = {f"job-{i}".encode() for i in range(4 * SHARDS)}
+        produce_all(make_producer(kafka_bootstrap), topic, [(None, v, []) for v in values])
+        for group in (".", ".."):  # all through sidecar a: the other's lanes are forwarded
+            popped = pop_all(a, group, topic, len(values))
+            assert sorted(m.value for m in popped) == sorted(values)
+            stats = a.group(group)["topics"][topic]
+            assert (stats["in_flight"], stats["available"]) == (len(values), 0)
+            acks = a.ack(group, [m.receipt for m in popped])
+            assert [r["status"] for r in acks] == ["acked"] * len(values)
+            assert a.group(group)["topics"][topic]["in_flight"] == 0
+
+
+def pop_all(kpd: KpdClient, group: str, topic: str, count: int) -> list:
+    """Pop until `count` messages came (or the test fails): each stays leased for a minute."""
+    popped: list = []
+    more = lambda: popped.extend(kpd.pop(group, topic, 100, 60_000)) or len(popped) >= count  # noqa: E731
+    wait_for(more, 30, f"{count} messages popped by group {group}")
+    return popped
+
+
 def one_standby_each(nodes: list) -> bool:
     """Each shard is followed by exactly one sidecar, and each sidecar follows the shards of
     exactly one other."""
