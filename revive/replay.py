@@ -31,9 +31,6 @@ class PopStateReader:
         self._topic, self._timeout_s = topic, timeout_s
         self._partitions: list[TopicPartition] = []
 
-    def assign_from_floor(self, partitions: list[int]) -> None:
-        self.assign({}, partitions)
-
     def assign(self, at: dict[int, int], from_floor: list[int]) -> None:
         """Read partitions from the given offsets, and others from their committed floor."""
         wanted = [TopicPartition(self._topic, p) for p in from_floor]
