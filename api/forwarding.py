@@ -43,6 +43,8 @@ async def send(
             method, f"{url}{path}", json=body, headers=sent, timeout=FORWARD_TIMEOUT_S
         )
     except httpx.HTTPError as error:
+        if isinstance(error, httpx.ConnectError):  # refused: its next calls go elsewhere
+            node.unreachable(url)
         raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
 
 

@@ -44,7 +44,15 @@ class Node(Protocol):
         elsewhere."""
 
     def owners(self) -> dict[int, str]:
-        """The address of each shard's leader, as last seen (refreshed in the background)."""
+        """The address of each shard's leader, as the group named it last (refreshed in the
+        background)."""
+
+    def routes(self) -> dict[int, str]:
+        """Where calls for each shard go: its leader as `owners` says, or, for a leader whose
+        address refused a call just now, the member that takes its shards over early."""
+
+    def unreachable(self, url: str) -> None:
+        """A call to the sidecar at `url` was refused: nothing listens there."""
 
     def partitions(self, topic: str) -> int:
         """How many partitions `topic` has (0 if it does not exist)."""

@@ -99,7 +99,7 @@ class PopRouter:
             for name in (topic, retry)
             for p in range(node.partitions(name))
         }
-        owners = node.owners()
+        owners = node.routes()
         services: list[Source] = []
         urls: set[str] = set()
         for shard in sorted(shards):
@@ -211,7 +211,8 @@ class PopRouter:
                 raise leadership_moving("no_leader", f"no sidecar leads shards {unled} now")
             # Only the owners of shards not led here: a dead owner whose shards this worker took
             # over early is still named by the group for seconds (its session), and asking it
-            # failed every stats call until then.
+            # failed every stats call until then. By the group's view, not `routes`: a guardian
+            # that has not taken a dead owner's shards yet would answer without them, too low.
             urls = {owners[s] for s, service in services.items() if service is None} - {node.url}
             path = f"/v1/groups/{segment(group)}"
             parts += await asyncio.gather(

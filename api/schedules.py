@@ -66,7 +66,7 @@ async def owner_of(node: Node, schedule_id: str, forwarded: bool) -> str | None:
     shard = node.shard_map.of_key(schedule_id)
     if await freshness_here(node, shard) is Freshness.CURRENT:
         return None
-    owner = node.owners().get(shard)
+    owner = node.routes().get(shard)
     if forwarded or owner is None or owner == node.url:
         raise leadership_moving("no_leader", f"no sidecar follows the shard of {schedule_id!r} now")
     return owner
@@ -78,7 +78,7 @@ def owner_elsewhere(node: Node, shard: int) -> str | None:
     the schedule is written here then, and ingest applies it once a leader runs."""
     if node.freshness(shard) is not Freshness.ELSEWHERE:
         return None
-    owner = node.owners().get(shard)
+    owner = node.routes().get(shard)
     return None if owner == node.url else owner
 
 

@@ -59,7 +59,7 @@ def _calls(
 ) -> list[tuple[list[Item], Awaitable[list[dict[str, Any]]]]]:
     """Each shard's items and the call that settles them: one per local shard, one per owner
     elsewhere, and a refusal for a shard nobody can settle now."""
-    owners = node.owners()
+    owners = node.routes()
     remote: dict[str, list[Item]] = {}
     calls: list[tuple[list[Item], Awaitable[list[dict[str, Any]]]]] = []
     for shard, shard_items in by_shard.items():

@@ -57,6 +57,10 @@ LEADERLESS_AFTER_S = 15.0
 # completes, which waits for every member the group has to rejoin or to miss its session (a dead
 # one), so the bound is at least two sessions.
 ABSENT_AFTER_S = 10.0
+# A member whose address refused a call this recently is taken for dead: calls for its shards go
+# to its guardian, which takes them over early (`sidecar.successor`); the group names it until
+# its session ends. A call after that asks it again (and a refusal marks it again).
+REFUSED_FOR_S = 5.0
 
 
 class Owners(PeriodicThread):
@@ -70,6 +74,7 @@ class Owners(PeriodicThread):
         self._membership, self._new_admin, self._clock = membership, new_admin, clock
         self.by_shard: dict[int, str] = {}  # replaced whole, so readers never see it half-made
         self.ring = Ring()  # the members of the view in use, replaced whole
+        self._refused: dict[str, float] = {}  # address -> when a call to it was last refused
         self.stable = False  # the view in use shows the group between rebalances
         self._admin: AdminClient | None = None  # the client new requests go to
         # Requests not answered yet -> when asked, and the client they wait in.
@@ -108,6 +113,29 @@ class Owners(PeriodicThread):
         """How long the views have not shown this worker in a settled group (since the start,
         before any did)."""
         return self._clock() - self._listed_at
+
+    def refused(self, url: str) -> None:
+        """A call to the member at `url` was refused: nothing listens there (killed, crashed)."""
+        now = self._clock()
+        self._refused = {u: at for u, at in self._refused.items() if now - at < REFUSED_FOR_S}
+        self._refused[url] = now
+
+    def routes(self) -> dict[int, str]:
+        """Where calls for each shard go: to its leader as the group names it, except the shards
+        of a member whose address refused a call within `REFUSED_FOR_S`, which go to the
+        member's guardian. A killed owner stays named until its session ends (6 s at least),
+        while its guardian has taken its shards over within about a second: a third member's
+        acks and pops for them failed until the group noticed."""
+        now = self._clock()
+        dead = {url for url, at in self._refused.items() if now - at < REFUSED_FOR_S}
+        if not dead:
+            return self.by_shard
+        detours = {
+            url: guardian
+            for url, guardian in self.ring.guardians_by_url().items()
+            if url in dead and guardian not in dead
+        }
+        return {shard: detours.get(url, url) for shard, url in self.by_shard.items()}
 
     def settled(self, url: str, owned: frozenset[int], shards: int) -> bool:
         """Does the view in use show all `shards` led, and the member at `url` in the group

@@ -118,6 +118,13 @@ class Sidecar:
     def owners(self) -> dict[int, str]:
         return self._owners.by_shard if self._owners is not None else {}
 
+    def routes(self) -> dict[int, str]:
+        return self._owners.routes() if self._owners is not None else {}
+
+    def unreachable(self, url: str) -> None:
+        if self._owners is not None:
+            self._owners.refused(url)
+
     def partitions(self, topic: str) -> int:
         return self.topic_cache.partitions(topic)
 

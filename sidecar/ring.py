@@ -22,6 +22,11 @@ class Ring:
         ring = ring_order(members)
         return cls(tuple(ring), tuple(guardian(ring, i) for i in range(len(ring))))
 
+    def guardians_by_url(self) -> dict[str, str]:
+        """Each member's guardian, by the member's address (a member alone has none)."""
+        pairs = zip(self.members, self.guardians, strict=True)
+        return {member.url: watcher for member, watcher in pairs if watcher is not None}
+
     def watched(self, url: str) -> list[Member]:
         """The members the one at `url` is the guardian of."""
         pairs = zip(self.members, self.guardians, strict=True)

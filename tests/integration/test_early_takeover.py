@@ -9,8 +9,19 @@ import signal
 import time
 
 import pytest
-from kafka_helpers import led_shards, metric_values, two_free_ports, wait_for
+from kafka_helpers import (
+    led_shards,
+    make_producer,
+    metric_values,
+    produce_all,
+    standby_shards,
+    two_free_ports,
+    unique,
+    wait_for,
+)
 
+from foundation.shards import ShardMap
+from kpd_client import KpdClient
 from sidecar.successor import SILENT_S
 
 pytestmark = pytest.mark.timeout(300)
@@ -123,3 +134,56 @@ def test_a_killed_sidecar_of_more_workers_than_the_other_s_is_taken_over_early(s
     killed = time.monotonic()
     wait_for(lambda: led_shards(b) == {0, 1, 2}, 15, "b leads every shard")
     print(f"\nb led every shard {time.monotonic() - killed:.1f} s after the kill")
+
+
+def test_a_third_sidecar_s_calls_for_a_killed_owner_s_shards_reach_its_guardian(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """Three sidecars, a group session of 30 s. Messages popped through sidecar t, one of each
+    shard's lanes among them; then the owner of one shard is killed. t's acks of that shard's
+    receipts, and its pops of that shard's new messages, reach the killed owner's guardian (the
+    sidecar that takes its shards over early) within seconds: they went to the dead owner, and
+    failed until the group named another, a session after the kill."""
+    session = {"shards": "3", "election_session_timeout_ms": "30000"}
+    nodes = [sidecar_factory(name, **session).start() for name in "abc"]
+    each = lambda: all(len(led_shards(n)) == 1 and standby_shards(n) for n in nodes)  # noqa: E731
+    wait_for(each, 60, "a shard led and one followed by each sidecar")
+    killed = nodes[0]
+    guardian = next(n for n in nodes[1:] if standby_shards(n) == led_shards(killed))
+    third = next(n for n in nodes[1:] if n is not guardian)
+    topic = new_topic("work", partitions=6)
+    lanes = ShardMap(3, 3).of_lane
+    group = next(g for g in (unique("g") for _ in range(100))
+                 if {lanes(g, topic, p) for p in range(6)} == {0, 1, 2})  # fmt: skip
+    producer = make_producer(kafka_bootstrap)
+    first = spread_over_partitions(producer, topic, "first")
+    with KpdClient(third.url, retry_deadline_s=15) as kpd:
+        popped = pop_all(kpd, group, topic, len(first))
+        killed.terminate(signal.SIGKILL)
+        started = time.monotonic()
+        acks = kpd.ack(group, [m.receipt for m in popped])
+        acked_s = time.monotonic() - started
+        assert [a["status"] for a in acks] == ["acked"] * len(popped)
+        later = spread_over_partitions(producer, topic, "later")
+        again = pop_all(kpd, group, topic, len(later))
+        popped_s = time.monotonic() - started
+    assert sorted(m.value for m in again) == sorted(later)
+    print(f"\nthrough the third sidecar: acked {acked_s:.1f} s, popped {popped_s:.1f} s after")
+    assert popped_s < 15  # the group names the killed owner for 30 s
+
+
+def spread_over_partitions(producer, topic: str, name: str) -> list[bytes]:
+    """10 messages on each of the topic's 6 partitions (unkeyed ones can all land on one)."""
+    values = []
+    for partition in range(6):
+        batch = [f"{name}-{partition}-{i}".encode() for i in range(10)]
+        produce_all(producer, topic, [(None, v, []) for v in batch], partition=partition)
+        values += batch
+    return values
+
+
+def pop_all(kpd: KpdClient, group: str, topic: str, count: int) -> list:
+    popped: list = []
+    more = lambda: popped.extend(kpd.pop(group, topic, 100, 60_000)) or len(popped) >= count  # noqa: E731
+    wait_for(more, 15, f"{count} messages popped")
+    return popped

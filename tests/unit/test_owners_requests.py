@@ -21,6 +21,7 @@ from sidecar.owners import (
     LEADERLESS_AFTER_S,
     MAX_CLIENTS,
     REASK_AFTER_S,
+    REFUSED_FOR_S,
     STALE_AFTER_S,
     Owners,
     group_reasons,
@@ -288,3 +289,39 @@ def test_before_setup_or_the_first_assignment_shard_leaders_are_not_known_yet(
     membership.answer(0, [A, B])
     owners.tick()
     assert group_reasons(cast(Any, membership), owners) == ["shard leaders not known yet"]
+
+
+def test_calls_for_a_member_that_refused_one_go_to_its_guardian_for_a_while(clock: Clock) -> None:
+    """Three members of one shard each: a killed owner stays named by the group until its session
+    ends, while its guardian has taken its shards over early. Once a call to it is refused, calls
+    for its shards go to the guardian; after `REFUSED_FOR_S` it is asked again."""
+    membership = AskedMembership()
+    owners = owners_of(membership, clock)
+    a, b, c = (Member(f"id-{n}", f"http://{n}", frozenset({i})) for i, n in enumerate("abc"))
+    owners.tick()
+    membership.answer(0, [a, b, c])
+    owners.tick()
+    view = {0: "http://a", 1: "http://b", 2: "http://c"}
+    assert owners.routes() == owners.by_shard == view
+    guardian_of_b = owners.ring.guardians_by_url()["http://b"]
+    assert guardian_of_b in ("http://a", "http://c")
+    owners.refused("http://b")
+    assert owners.routes() == {**view, 1: guardian_of_b}
+    assert owners.by_shard == view  # the group's view itself: what stats go by
+    clock.now += REFUSED_FOR_S - 0.1
+    assert owners.routes()[1] == guardian_of_b
+    clock.now += 0.2
+    assert owners.routes() == view  # asked again: a refusal would mark it again
+
+
+def test_a_refused_guardian_takes_nothing_over() -> None:
+    """Two members that both refused (a whole deployment restarting): their shards stay where the
+    group names them, never sent to an address known to refuse."""
+    owners = Owners(cast(Any, AskedMembership()), object)
+    a, b = Member("id-a", "http://a", frozenset({0})), Member("id-b", "http://b", frozenset({1}))
+    owners._show([a, b], True, 0.0)
+    owners.refused("http://a")
+    owners.refused("http://b")
+    assert owners.routes() == {0: "http://a", 1: "http://b"}
+    owners.refused("http://x")  # not a member
+    assert owners.routes() == {0: "http://a", 1: "http://b"}

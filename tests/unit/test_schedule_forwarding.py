@@ -18,9 +18,13 @@ from foundation.config import Settings
 OWNER = "http://owner:9000"
 
 
-def send(answer: httpx.Response | Exception, token: str | None = None) -> tuple[list | None, list]:
-    """Forward two schedules to a peer that answers `answer`; (results, requests seen)."""
+def send(
+    answer: httpx.Response | Exception, token: str | None = None, refused: list | None = None
+) -> tuple[list | None, list]:
+    """Forward two schedules to a peer that answers `answer`; (results, requests seen). The
+    addresses the node is told refused a call go to `refused`."""
     seen: list[httpx.Request] = []
+    told = [] if refused is None else refused
 
     def peer(request: httpx.Request) -> httpx.Response:
         seen.append(request)
@@ -31,8 +35,9 @@ def send(answer: httpx.Response | Exception, token: str | None = None) -> tuple[
     async def forward() -> list[ProduceResult] | None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(peer)) as http:
             node: Any = SimpleNamespace(
-                settings=Settings(node_id="a-0", api_token=token), http=http
-            )
+                settings=Settings(node_id="a-0", api_token=token), http=http,
+                unreachable=told.append,
+            )  # fmt: skip
             messages = [
                 (MessageIn(value="v", delay_ms=5_000, headers={"h": "1"}), 1_000_005_000, "x-1"),
                 (MessageIn(value_b64="AAE=", deliver_at_ms=2_000_000_000), 2_000_000_000, "x.2"),
@@ -63,8 +68,12 @@ def test_the_owner_gets_due_times_and_ids_as_a_forwarded_call() -> None:
 def test_an_owner_that_cannot_be_reached_leaves_the_schedules_to_the_caller(
     away: Exception,
 ) -> None:
-    answered, seen = send(away)
+    refused: list[str] = []
+    answered, seen = send(away, refused=refused)
     assert (answered, len(seen)) == (None, 1)
+    # A refused connection says nothing listens there: the node routes the owner's shards to its
+    # watcher for a while. A slow owner may still be alive, and keeps them.
+    assert refused == ([OWNER] if isinstance(away, httpx.ConnectError) else [])
 
 
 @pytest.mark.parametrize(
