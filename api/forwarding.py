@@ -18,6 +18,10 @@ from revive import metrics
 
 FORWARDED = "x-kpd-forwarded"
 FORWARD_TIMEOUT_S = 60.0  # long polls are forwarded too; the owner bounds their wait
+# An owner whose host does not answer a connect (gone, cut off) fails the call after this long, as
+# a refused one does at once; a connect within a deployment takes milliseconds.
+CONNECT_TIMEOUT_S = 2.0
+FORWARD_TIMEOUTS = httpx.Timeout(FORWARD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
 
 
 def is_forwarded(request: Request) -> bool:
@@ -40,10 +44,12 @@ async def send(
         sent["authorization"] = f"Bearer {node.settings.api_token.get_secret_value()}"
     try:
         return await node.http.request(
-            method, f"{url}{path}", json=body, headers=sent, timeout=FORWARD_TIMEOUT_S
+            method, f"{url}{path}", json=body, headers=sent, timeout=FORWARD_TIMEOUTS
         )
     except httpx.HTTPError as error:
-        if isinstance(error, httpx.ConnectError):  # refused: its next calls go elsewhere
+        # Refused, or no connect at all: nothing there answers, so its shards' next calls go to
+        # the member that takes them over (a slow answer says the owner is alive: it keeps them).
+        if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
             node.unreachable(url)
         raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
 

@@ -46,6 +46,10 @@ from kpd_client.retry import (
 # connection idle for just under 5 s could meet the sidecar's close and fail with "Server
 # disconnected without sending a response". Keep this below the sidecar's keep-alive.
 IDLE_CONNECTION_S = 2.0
+# A sidecar whose host does not answer a connect (gone, cut off) is skipped after this long, not
+# after the call's whole timeout (60 s by default); a refused connect is skipped at once.
+CONNECT_TIMEOUT_S = 5.0
+UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout)
 # httpx's default pool sizes, with that idle expiry.
 CONNECTION_LIMITS = httpx.Limits(
     max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_CONNECTION_S
@@ -120,21 +124,30 @@ class _Client:
         token: str | None = None,
         timeout_s: float = 60,
         retry_deadline_s: float = RETRY_DEADLINE_S,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
         """`base_url`: one sidecar, or several: calls then go to each in turn (any sidecar
-        answers any call, so pops spread over them), skipping one that cannot be reached.
+        answers any call, so pops spread over them), skipping one that cannot be reached
+        (refused, or no connect within `connect_timeout_s`).
         `retry_deadline_s`: how long a call keeps retrying while leadership moves (0: never)."""
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self._urls = [url.rstrip("/") for url in urls]
         if not self._urls:
             raise ValueError("give at least one sidecar URL")
         self._turn = itertools.count()
+        self._connect_timeout_s = min(timeout_s, connect_timeout_s)
         self._http: Any = self._http_class(
             headers=_headers(token),
-            timeout=timeout_s,
+            timeout=httpx.Timeout(timeout_s, connect=self._connect_timeout_s),
             limits=CONNECTION_LIMITS,
         )
         self._retry_deadline_s = retry_deadline_s
+
+    def _timeout(self, call_timeout_s: float | None) -> dict[str, Any]:
+        """The request's own timeout, if the call has one (a long poll), connects bounded."""
+        if call_timeout_s is None:
+            return {}
+        return {"timeout": httpx.Timeout(call_timeout_s, connect=self._connect_timeout_s)}
 
     def _deadline(self) -> float:
         return time.monotonic() + self._retry_deadline_s
@@ -175,12 +188,12 @@ class KpdClient(_Client):
 
     def _once(self, call: Call) -> Any:
         method, path, body, timeout = call
-        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        kwargs = self._timeout(timeout)
         urls = self._in_turn()
         for url in urls[:-1]:
             try:
                 return _checked(self._http.request(method, url + path, json=body, **kwargs))
-            except httpx.ConnectError:  # that sidecar is down: the next one answers as well
+            except UNREACHABLE:  # that sidecar is down: the next one answers as well
                 continue
         return _checked(self._http.request(method, urls[-1] + path, json=body, **kwargs))
 
@@ -251,12 +264,12 @@ class AsyncKpdClient(_Client):
 
     async def _once(self, call: Call) -> Any:
         method, path, body, timeout = call
-        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        kwargs = self._timeout(timeout)
         urls = self._in_turn()
         for url in urls[:-1]:
             try:
                 return _checked(await self._http.request(method, url + path, json=body, **kwargs))
-            except httpx.ConnectError:  # that sidecar is down: the next one answers as well
+            except UNREACHABLE:  # that sidecar is down: the next one answers as well
                 continue
         return _checked(await self._http.request(method, urls[-1] + path, json=body, **kwargs))
 

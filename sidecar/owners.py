@@ -115,7 +115,8 @@ class Owners(PeriodicThread):
         return self._clock() - self._listed_at
 
     def refused(self, url: str) -> None:
-        """A call to the member at `url` was refused: nothing listens there (killed, crashed)."""
+        """A call to the member at `url` was refused, or its connect went unanswered: nothing
+        there answers (killed, crashed, its host gone)."""
         now = self._clock()
         self._refused = {u: at for u, at in self._refused.items() if now - at < REFUSED_FOR_S}
         self._refused[url] = now

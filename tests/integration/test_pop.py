@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -638,12 +641,20 @@ def test_leases_a_new_leader_revived_before_any_pop_never_return_as_first_delive
 def test_the_client_spreads_calls_over_sidecars_and_skips_a_dead_one(
     sidecar_factory, group, new_topic, kafka_bootstrap
 ):
+    """Two live sidecars, an address where nothing listens (refused), and one whose host answers
+    no connect (a listener whose backlog is full: the kernel drops further connects, as a gone
+    host's network does). Calls that come to the last two go on to the next sidecar: a refused
+    one at once, a silent one after the client's connect timeout, where it held the call for the
+    whole call timeout before."""
     a, b = sidecar_factory("a").start(), sidecar_factory("b").start()
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     topic = new_topic(partitions=2)
     values = [f"spread-{i}" for i in range(20)]
     produce(kafka_bootstrap, topic, values)
-    with KpdClient([a.url, dead, b.url]) as kpd:
+    with (
+        silent_host() as silent,
+        KpdClient([a.url, dead, silent, b.url], connect_timeout_s=0.5) as kpd,
+    ):
         popped = []
         while len(popped) < len(values):
             popped += kpd.pop(group, topic, max_messages=3, wait_ms=1000)
@@ -652,6 +663,24 @@ def test_the_client_spreads_calls_over_sidecars_and_skips_a_dead_one(
     for sidecar in (a, b):  # both answered pops: the client went to each in turn
         with sidecar.client() as http:
             assert metric_values(http)["kpd_pop_request_seconds_count{call=pop}"] > 0
+
+
+@contextlib.contextmanager
+def silent_host() -> Iterator[str]:
+    """The URL of a listener that answers no connect: its backlog (of 1) is full."""
+    with socket.create_server(("127.0.0.1", 0), backlog=0) as listener:
+        port = listener.getsockname()[1]
+        held = [socket.socket() for _ in range(3)]
+        try:
+            for client in held:
+                client.setblocking(False)
+                client.connect_ex(("127.0.0.1", port))
+            with pytest.raises(TimeoutError):  # a connect now waits in vain
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            for client in held:
+                client.close()
 
 
 @pytest.mark.parametrize("removal", ["records", "topic"])

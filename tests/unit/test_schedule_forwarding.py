@@ -64,16 +64,24 @@ def test_the_owner_gets_due_times_and_ids_as_a_forwarded_call() -> None:
     }
 
 
-@pytest.mark.parametrize("away", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow")])
+@pytest.mark.parametrize(
+    "away",
+    [httpx.ConnectError("refused"), httpx.ConnectTimeout("silent"), httpx.ReadTimeout("slow")],
+)
 def test_an_owner_that_cannot_be_reached_leaves_the_schedules_to_the_caller(
     away: Exception,
 ) -> None:
     refused: list[str] = []
     answered, seen = send(away, refused=refused)
     assert (answered, len(seen)) == (None, 1)
-    # A refused connection says nothing listens there: the node routes the owner's shards to its
-    # watcher for a while. A slow owner may still be alive, and keeps them.
-    assert refused == ([OWNER] if isinstance(away, httpx.ConnectError) else [])
+    # A refused or unanswered connect says nothing answers there: the node routes the owner's
+    # shards to its watcher for a while. A slow owner may still be alive, and keeps them.
+    gone = isinstance(away, httpx.ConnectError | httpx.ConnectTimeout)
+    assert refused == ([OWNER] if gone else [])
+    # A connect waits 2 s at most (a gone host never answers it); an answer, as long as a
+    # forwarded long poll may take.
+    assert seen[0].extensions["timeout"] == {"connect": 2.0, "read": 60.0, "write": 60.0,
+                                             "pool": 60.0}  # fmt: skip
 
 
 @pytest.mark.parametrize(
