@@ -118,8 +118,7 @@ class Owners(PeriodicThread):
         """A call to the member at `url` was refused, or its connect went unanswered: nothing
         there answers (killed, crashed, its host gone)."""
         now = self._clock()
-        self._refused = {u: at for u, at in self._refused.items() if now - at < REFUSED_FOR_S}
-        self._refused[url] = now
+        self._refused = {**self._refused_since(now), url: now}
 
     def routes(self) -> dict[int, str]:
         """Where calls for each shard go: to its leader as the group names it, except the shards
@@ -127,8 +126,7 @@ class Owners(PeriodicThread):
         member's guardian. A killed owner stays named until its session ends (6 s at least),
         while its guardian has taken its shards over within about a second: a third member's
         acks and pops for them failed until the group noticed."""
-        now = self._clock()
-        dead = {url for url, at in self._refused.items() if now - at < REFUSED_FOR_S}
+        dead = self._refused_since(self._clock())
         if not dead:
             return self.by_shard
         detours = {
@@ -137,6 +135,10 @@ class Owners(PeriodicThread):
             if url in dead and guardian not in dead
         }
         return {shard: detours.get(url, url) for shard, url in self.by_shard.items()}
+
+    def _refused_since(self, now: float) -> dict[str, float]:
+        """The addresses that refused a call within `REFUSED_FOR_S` of `now`, and when."""
+        return {url: at for url, at in self._refused.items() if now - at < REFUSED_FOR_S}
 
     def settled(self, url: str, owned: frozenset[int], shards: int) -> bool:
         """Does the view in use show all `shards` led, and the member at `url` in the group
