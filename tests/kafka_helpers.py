@@ -34,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.broker_for_tests import broker_settings_from_env, free_port
 from devtools.kafka_release import CONFIG_COMMAND
+from kpd_client import KpdClient
 
 Headers = list[tuple[str, bytes]]
 
@@ -119,6 +120,25 @@ def produce_all(
     assert remaining == 0, f"{remaining} records not acknowledged"
     assert not errors, errors
     return placed
+
+
+def produce_spread(producer: Producer, topic: str, partitions: int, name: str) -> list[bytes]:
+    """10 messages on each of the topic's `partitions`, named `<name>-<partition>-<i>` (unkeyed
+    ones sent at once can all land on one partition); their values."""
+    values = []
+    for partition in range(partitions):
+        batch = [f"{name}-{partition}-{i}".encode() for i in range(10)]
+        produce_all(producer, topic, [(None, v, []) for v in batch], partition=partition)
+        values += batch
+    return values
+
+
+def pop_all(kpd: KpdClient, group: str, topic: str, count: int, timeout_s: float = 30) -> list:
+    """Pop until `count` messages came (or the test fails): each stays leased for a minute."""
+    popped: list = []
+    more = lambda: popped.extend(kpd.pop(group, topic, 100, 60_000)) or len(popped) >= count  # noqa: E731
+    wait_for(more, timeout_s, f"{count} messages popped by group {group}")
+    return popped
 
 
 def produce_to_partition(

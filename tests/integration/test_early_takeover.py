@@ -13,7 +13,8 @@ from kafka_helpers import (
     led_shards,
     make_producer,
     metric_values,
-    produce_all,
+    pop_all,
+    produce_spread,
     standby_shards,
     two_free_ports,
     unique,
@@ -156,34 +157,17 @@ def test_a_third_sidecar_s_calls_for_a_killed_owner_s_shards_reach_its_guardian(
     group = next(g for g in (unique("g") for _ in range(100))
                  if {lanes(g, topic, p) for p in range(6)} == {0, 1, 2})  # fmt: skip
     producer = make_producer(kafka_bootstrap)
-    first = spread_over_partitions(producer, topic, "first")
+    first = produce_spread(producer, topic, 6, "first")
     with KpdClient(third.url, retry_deadline_s=15) as kpd:
-        popped = pop_all(kpd, group, topic, len(first))
+        popped = pop_all(kpd, group, topic, len(first), 15)
         killed.terminate(signal.SIGKILL)
         started = time.monotonic()
         acks = kpd.ack(group, [m.receipt for m in popped])
         acked_s = time.monotonic() - started
         assert [a["status"] for a in acks] == ["acked"] * len(popped)
-        later = spread_over_partitions(producer, topic, "later")
-        again = pop_all(kpd, group, topic, len(later))
+        later = produce_spread(producer, topic, 6, "later")
+        again = pop_all(kpd, group, topic, len(later), 15)
         popped_s = time.monotonic() - started
     assert sorted(m.value for m in again) == sorted(later)
     print(f"\nthrough the third sidecar: acked {acked_s:.1f} s, popped {popped_s:.1f} s after")
     assert popped_s < 15  # the group names the killed owner for 30 s
-
-
-def spread_over_partitions(producer, topic: str, name: str) -> list[bytes]:
-    """10 messages on each of the topic's 6 partitions (unkeyed ones can all land on one)."""
-    values = []
-    for partition in range(6):
-        batch = [f"{name}-{partition}-{i}".encode() for i in range(10)]
-        produce_all(producer, topic, [(None, v, []) for v in batch], partition=partition)
-        values += batch
-    return values
-
-
-def pop_all(kpd: KpdClient, group: str, topic: str, count: int) -> list:
-    popped: list = []
-    more = lambda: popped.extend(kpd.pop(group, topic, 100, 60_000)) or len(popped) >= count  # noqa: E731
-    wait_for(more, 15, f"{count} messages popped")
-    return popped

@@ -25,7 +25,9 @@ from kafka_helpers import (
     make_producer,
     metric_values,
     now_ms,
+    pop_all,
     produce_all,
+    produce_spread,
     standby_shards,
     unique,
     wait_for,
@@ -209,25 +211,18 @@ def test_a_group_or_id_named_dot_or_dot_dot_is_served_across_sidecars(
         assert [a.schedule(i)["state"] for i in (".", "..")] == ["cancelled", "scheduled"]
         assert [b.schedule(i)["state"] for i in (".", "..")] == ["cancelled", "scheduled"]
 
-        topic = new_topic(partitions=SHARDS)  # lanes on both sidecars
-        values = {f"job-{i}".encode() for i in range(4 * SHARDS)}
-        produce_all(make_producer(kafka_bootstrap), topic, [(None, v, []) for v in values])
+        topic = new_topic(partitions=4 * SHARDS)  # each group's lanes on both sidecars
+        values = produce_spread(make_producer(kafka_bootstrap), topic, 4 * SHARDS, "job")
+        lanes, led_by_b = ShardMap(SHARDS, SHARDS).of_lane, led_shards(nodes[1])
         for group in (".", ".."):  # all through sidecar a: the other's lanes are forwarded
             popped = pop_all(a, group, topic, len(values))
             assert sorted(m.value for m in popped) == sorted(values)
+            assert any(lanes(group, topic, m.partition) in led_by_b for m in popped)
             stats = a.group(group)["topics"][topic]
             assert (stats["in_flight"], stats["available"]) == (len(values), 0)
             acks = a.ack(group, [m.receipt for m in popped])
             assert [r["status"] for r in acks] == ["acked"] * len(values)
             assert a.group(group)["topics"][topic]["in_flight"] == 0
-
-
-def pop_all(kpd: KpdClient, group: str, topic: str, count: int) -> list:
-    """Pop until `count` messages came (or the test fails): each stays leased for a minute."""
-    popped: list = []
-    more = lambda: popped.extend(kpd.pop(group, topic, 100, 60_000)) or len(popped) >= count  # noqa: E731
-    wait_for(more, 30, f"{count} messages popped by group {group}")
-    return popped
 
 
 def one_standby_each(nodes: list) -> bool:
