@@ -17,11 +17,14 @@ from api.problems import Problem, leadership_moving
 from revive import metrics
 
 FORWARDED = "x-kpd-forwarded"
-FORWARD_TIMEOUT_S = 60.0  # long polls are forwarded too; the owner bounds their wait
 # An owner whose host does not answer a connect (gone, cut off) fails the call after this long, as
 # a refused one does at once; a connect within a deployment takes milliseconds.
 CONNECT_TIMEOUT_S = 2.0
-FORWARD_TIMEOUTS = httpx.Timeout(FORWARD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+# A live owner answers within this long beyond the wait a call asks of it (a long poll's, a
+# schedule's index write). A paused owner (SIGSTOP, a frozen VM) or one cut off behind an open
+# connection still takes the call and never answers: a pop forwarded to one was held for 60 s,
+# then failed, while the asking worker's own lanes had records.
+ANSWER_S = 5.0
 
 
 def is_forwarded(request: Request) -> bool:
@@ -36,20 +39,23 @@ async def send(
     path: str,
     body: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    wait_s: float = 0.0,
 ) -> httpx.Response:
     """Send a call to the sidecar at `url` as a forwarded one (with the API token when one is
-    set); an owner that cannot be reached reads as leadership moving (503, retry soon)."""
+    set), which may wait `wait_s` there before it answers; an owner that cannot be reached, or
+    does not answer in time, reads as leadership moving (503, retry soon)."""
     sent = {FORWARDED: node.settings.node_id, **(headers or {})}
     if node.settings.api_token is not None:
         sent["authorization"] = f"Bearer {node.settings.api_token.get_secret_value()}"
     try:
         return await node.http.request(
-            method, f"{url}{path}", json=body, headers=sent, timeout=FORWARD_TIMEOUTS
-        )
+            method, f"{url}{path}", json=body, headers=sent,
+            timeout=httpx.Timeout(wait_s + ANSWER_S, connect=CONNECT_TIMEOUT_S),
+        )  # fmt: skip
     except httpx.HTTPError as error:
-        # Refused, or no connect at all: nothing there answers, so its shards' next calls go to
-        # the member that takes them over (a slow answer says the owner is alive: it keeps them).
-        if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
+        # Refused, or no answer in time: nothing there answers, so its shards' next calls go to
+        # the member that takes them over (its guardian takes a silent member's shards too).
+        if isinstance(error, httpx.ConnectError | httpx.TimeoutException):
             node.unreachable(url)
         raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
 
@@ -61,11 +67,13 @@ async def forward(
     path: str,
     body: dict[str, Any] | None,
     headers: dict[str, str] | None = None,
+    wait_s: float = 0.0,
 ) -> Any:
     """A pop-group call sent on to the owner at `url` (`call` names it for the metric), and its
     JSON answer; an error answer is raised as the owner's problem, with its Retry-After."""
     metrics.FORWARDED.labels(call).inc()
-    answer = await send(node, "GET" if body is None else "POST", url, path, body, headers)
+    method = "GET" if body is None else "POST"
+    answer = await send(node, method, url, path, body, headers, wait_s)
     if answer.status_code != 200:
         problem = answer.json() if answer.content else {}
         raise Problem(

@@ -25,6 +25,7 @@ from api.refused_topics import refused_topic
 from api.request_body import RequestBody
 from api.schedules import (
     ID_PATTERN,
+    INDEX_WAIT_S,
     buffer_partition,
     freshness_here,
     owner_elsewhere,
@@ -234,7 +235,9 @@ async def _send_to(
         ]
     }
     try:
-        answer = await send(node, "POST", owner, f"/v1/topics/{segment(topic)}/messages", body)
+        path = f"/v1/topics/{segment(topic)}/messages"
+        # The owner may wait for its index to follow the shard, then for the schedule to show.
+        answer = await send(node, "POST", owner, path, body, wait_s=INDEX_WAIT_S + VISIBLE_WAIT_S)
     except Problem:
         return None
     try:

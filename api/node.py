@@ -52,7 +52,7 @@ class Node(Protocol):
         address refused a call just now, the member that takes its shards over early."""
 
     def unreachable(self, url: str) -> None:
-        """A call to the sidecar at `url` was refused, or its connect went unanswered."""
+        """A call to the sidecar at `url` was refused, or went unanswered (connect or answer)."""
 
     def partitions(self, topic: str) -> int:
         """How many partitions `topic` has (0 if it does not exist)."""

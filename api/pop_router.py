@@ -181,7 +181,9 @@ class PopRouter:
             path = pop_path(group, topic)
             for url in (s for s in sources if isinstance(s, str)):
                 body = {"max_messages": 1, "wait_ms": int(left_s * 1000)}
-                waits.append(forward(self._node, "watch", url, path, body, {WATCH: "1"}))
+                waits.append(
+                    forward(self._node, "watch", url, path, body, {WATCH: "1"}, wait_s=left_s)
+                )
             tasks = [asyncio.ensure_future(wait) for wait in waits]
             try:
                 await asyncio.wait(tasks, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)

@@ -89,9 +89,13 @@ def _found(node: Node, schedule_id: str) -> Schedule:
     return schedule
 
 
-async def _relay(node: Node, call: str, method: str, owner: str, schedule_id: str) -> Response:
+async def _relay(
+    node: Node, call: str, method: str, owner: str, schedule_id: str, wait_s: float
+) -> Response:
+    """The owner's answer about `schedule_id`, which it may take `wait_s` to find."""
     metrics.FORWARDED.labels(call).inc()
-    return relayed(await send(node, method, owner, f"/v1/schedules/{segment(schedule_id)}"))
+    path = f"/v1/schedules/{segment(schedule_id)}"
+    return relayed(await send(node, method, owner, path, wait_s=wait_s))
 
 
 @router.get("/{schedule_id}", response_model=ScheduleOut, responses=problems(503))
@@ -100,7 +104,7 @@ async def get_schedule(
 ) -> ScheduleOut | Response:
     owner = await owner_of(node, schedule_id, is_forwarded(request))
     if owner is not None:
-        return await _relay(node, "get", "GET", owner, schedule_id)
+        return await _relay(node, "get", "GET", owner, schedule_id, INDEX_WAIT_S)
     s = _found(node, schedule_id)
     return ScheduleOut(id=schedule_id, state=s.state.value, target=s.target, deliver_at_ms=s.due_ms)
 
@@ -113,7 +117,8 @@ async def cancel_schedule(
 ) -> Response:
     owner = await owner_of(node, schedule_id, is_forwarded(request))
     if owner is not None:
-        return await _relay(node, "cancel", "DELETE", owner, schedule_id)
+        wait_s = INDEX_WAIT_S + CANCEL_WAIT_S
+        return await _relay(node, "cancel", "DELETE", owner, schedule_id, wait_s)
     schedule = _found(node, schedule_id)
     if schedule.state is State.SCHEDULED:
         await node.api_producer.produce(

@@ -115,8 +115,9 @@ class Owners(PeriodicThread):
         return self._clock() - self._listed_at
 
     def refused(self, url: str) -> None:
-        """A call to the member at `url` was refused, or its connect went unanswered: nothing
-        there answers (killed, crashed, its host gone)."""
+        """A call to the member at `url` was refused, or went unanswered (its connect, or the
+        answer past the call's bound): nothing there answers (killed, crashed, paused, its host
+        gone or cut off)."""
         now = self._clock()
         self._refused = {**self._refused_since(now), url: now}
 

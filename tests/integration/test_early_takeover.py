@@ -1,7 +1,8 @@
 """Early takeover tells a dead sidecar from a slow one (`sidecar.successor`), real broker, two
 real `kpd run` sidecars: a short pause keeps a sidecar's shards, a long one loses them, a sidecar
 that lost them on silence and answered again may stay silent longer next time, and a killed one
-is taken over on the refused connections at once."""
+is taken over on the refused connections at once; calls for a gone owner's shards made through
+a third sidecar reach its guardian."""
 
 from __future__ import annotations
 
@@ -137,20 +138,22 @@ def test_a_killed_sidecar_of_more_workers_than_the_other_s_is_taken_over_early(s
     print(f"\nb led every shard {time.monotonic() - killed:.1f} s after the kill")
 
 
-def test_a_third_sidecar_s_calls_for_a_killed_owner_s_shards_reach_its_guardian(
-    sidecar_factory, new_topic, kafka_bootstrap
+@pytest.mark.parametrize("gone", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "paused"])
+def test_a_third_sidecar_s_calls_for_a_gone_owner_s_shards_reach_its_guardian(
+    sidecar_factory, new_topic, kafka_bootstrap, gone
 ):
     """Three sidecars, a group session of 30 s. Messages popped through sidecar t, one of each
-    shard's lanes among them; then the owner of one shard is killed. t's acks of that shard's
-    receipts, and its pops of that shard's new messages, reach the killed owner's guardian (the
-    sidecar that takes its shards over early) within seconds: they went to the dead owner, and
-    failed until the group named another, a session after the kill."""
+    shard's lanes among them; then the owner of one shard is killed, or paused (its kernel still
+    takes connections, and nothing answers them). t's acks of that shard's receipts, and its pops
+    of that shard's new messages, reach the gone owner's guardian (the sidecar that takes its
+    shards over early) within seconds. They went to the gone owner: a killed one's failed until
+    the group named another, a session after the kill, and a paused one's were held for 60 s."""
     session = {"shards": "3", "election_session_timeout_ms": "30000"}
     nodes = [sidecar_factory(name, **session).start() for name in "abc"]
     each = lambda: all(len(led_shards(n)) == 1 and standby_shards(n) for n in nodes)  # noqa: E731
     wait_for(each, 60, "a shard led and one followed by each sidecar")
-    killed = nodes[0]
-    guardian = next(n for n in nodes[1:] if standby_shards(n) == led_shards(killed))
+    owner = nodes[0]
+    guardian = next(n for n in nodes[1:] if standby_shards(n) == led_shards(owner))
     third = next(n for n in nodes[1:] if n is not guardian)
     topic = new_topic("work", partitions=6)
     lanes = ShardMap(3, 3).of_lane
@@ -160,14 +163,17 @@ def test_a_third_sidecar_s_calls_for_a_killed_owner_s_shards_reach_its_guardian(
     first = produce_spread(producer, topic, 6, "first")
     with KpdClient(third.url, retry_deadline_s=15) as kpd:
         popped = pop_all(kpd, group, topic, len(first), 15)
-        killed.terminate(signal.SIGKILL)
+        owner.signal(gone)
         started = time.monotonic()
-        acks = kpd.ack(group, [m.receipt for m in popped])
-        acked_s = time.monotonic() - started
-        assert [a["status"] for a in acks] == ["acked"] * len(popped)
-        later = produce_spread(producer, topic, 6, "later")
-        again = pop_all(kpd, group, topic, len(later), 15)
-        popped_s = time.monotonic() - started
+        try:
+            acks = kpd.ack(group, [m.receipt for m in popped])
+            acked_s = time.monotonic() - started
+            later = produce_spread(producer, topic, 6, "later")
+            again = pop_all(kpd, group, topic, len(later), 15)
+            popped_s = time.monotonic() - started
+        finally:
+            owner.signal(signal.SIGCONT)  # a paused one then stops as the others do
+    assert [a["status"] for a in acks] == ["acked"] * len(popped)
     assert sorted(m.value for m in again) == sorted(later)
     print(f"\nthrough the third sidecar: acked {acked_s:.1f} s, popped {popped_s:.1f} s after")
-    assert popped_s < 15  # the group names the killed owner for 30 s
+    assert popped_s < 15  # the group names the gone owner for 30 s
