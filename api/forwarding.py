@@ -6,6 +6,8 @@ worker's own shards and state only, so a call is forwarded at most once, never i
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import quote
 
@@ -14,17 +16,38 @@ from fastapi import Request, Response
 
 from api.node import Node
 from api.problems import Problem, leadership_moving
+from foundation.config import Settings
 from revive import metrics
 
 FORWARDED = "x-kpd-forwarded"
 # An owner whose host does not answer a connect (gone, cut off) fails the call after this long, as
 # a refused one does at once; a connect within a deployment takes milliseconds.
 CONNECT_TIMEOUT_S = 2.0
-# A live owner answers within this long beyond the wait a call asks of it (a long poll's, a
-# schedule's index write). A paused owner (SIGSTOP, a frozen VM) or one cut off behind an open
-# connection still takes the call and never answers: a pop forwarded to one was held for 60 s,
-# then failed, while the asking worker's own lanes had records.
-ANSWER_S = 5.0
+# A live owner may be slow to answer: a Kafka commit, or the fetchers of a shard it has just taken
+# over, can take many seconds with a slow broker (its own bound on a shard's answer is 30 s). A
+# call given up meanwhile may have leased records, left invisible until their lease ends, so it
+# is bounded only past everything the owner may wait, beyond the wait it asks of the owner ...
+ANSWER_TIMEOUT_S = 60.0
+# ... but a paused owner (SIGSTOP, a frozen VM) or one cut off behind an open connection takes a
+# call and never answers: a pop forwarded to one was held for 60 s, then failed, while the asking
+# worker's own lanes had records. A call overdue by `OVERDUE_S` asks the owner's /healthz, which
+# a live one answers however busy its shards are; with no answer within `PROBE_TIMEOUT_S` the
+# call is given up, as if the owner had refused it.
+OVERDUE_S = 2.0
+PROBE_TIMEOUT_S = 2.0
+
+
+def forwarding_limits(settings: Settings) -> httpx.Limits:
+    """The pool of the client that forwards calls. Not capped: each parked pop holds a watch at
+    every other owner of its lanes, and a cap (httpx's default is 100) would hold calls back
+    behind them. Idle connections are dropped at half the peers' keep-alive (same settings): one
+    reused just as the peer closes it fails with "Server disconnected"."""
+    kept = settings.http_keep_alive_ms / 2000
+    return httpx.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=kept)
+
+
+class Mute(Exception):
+    """The owner took a call, and answers neither it nor a health probe."""
 
 
 def is_forwarded(request: Request) -> bool:
@@ -43,21 +66,39 @@ async def send(
 ) -> httpx.Response:
     """Send a call to the sidecar at `url` as a forwarded one (with the API token when one is
     set), which may wait `wait_s` there before it answers; an owner that cannot be reached, or
-    does not answer in time, reads as leadership moving (503, retry soon)."""
+    does not answer, reads as leadership moving (503, retry soon)."""
     sent = {FORWARDED: node.settings.node_id, **(headers or {})}
     if node.settings.api_token is not None:
         sent["authorization"] = f"Bearer {node.settings.api_token.get_secret_value()}"
+    timeout = httpx.Timeout(wait_s + ANSWER_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    request = node.http.request(method, f"{url}{path}", json=body, headers=sent, timeout=timeout)
     try:
-        return await node.http.request(
-            method, f"{url}{path}", json=body, headers=sent,
-            timeout=httpx.Timeout(wait_s + ANSWER_S, connect=CONNECT_TIMEOUT_S),
-        )  # fmt: skip
-    except httpx.HTTPError as error:
-        # Refused, or no answer in time: nothing there answers, so its shards' next calls go to
-        # the member that takes them over (its guardian takes a silent member's shards too).
-        if isinstance(error, httpx.ConnectError | httpx.TimeoutException):
+        return await _unless_mute(node, url, request, wait_s + OVERDUE_S)
+    except (httpx.HTTPError, Mute) as error:
+        # Refused, or not answered: nothing there answers, so its shards' next calls go to the
+        # member that takes them over (its guardian takes a silent member's shards too).
+        if isinstance(error, Mute | httpx.ConnectError | httpx.ConnectTimeout | httpx.ReadTimeout):
             node.unreachable(url)
         raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
+
+
+async def _unless_mute(
+    node: Node, url: str, request: Awaitable[httpx.Response], overdue_s: float
+) -> httpx.Response:
+    """The answer to `request`; `Mute` once it is `overdue_s` late and the owner answers no
+    health probe either."""
+    call = asyncio.ensure_future(request)
+    try:
+        done, _ = await asyncio.wait({call}, timeout=overdue_s)
+        while not done:
+            try:
+                await node.http.get(f"{url}/healthz", timeout=PROBE_TIMEOUT_S)
+            except httpx.HTTPError:
+                raise Mute("no answer to the call, nor to /healthz") from None
+            done, _ = await asyncio.wait({call}, timeout=OVERDUE_S)
+        return call.result()
+    finally:
+        call.cancel()
 
 
 async def forward(
@@ -74,14 +115,19 @@ async def forward(
     metrics.FORWARDED.labels(call).inc()
     method = "GET" if body is None else "POST"
     answer = await send(node, method, url, path, body, headers, wait_s)
-    if answer.status_code != 200:
-        problem = answer.json() if answer.content else {}
-        raise Problem(
-            answer.status_code, str(problem.get("code", "forward_failed")),
-            f"sidecar at {url}: {problem.get('detail', answer.text[:200])}",
-            headers={k: v for k, v in answer.headers.items() if k == "retry-after"} or None,
-        )  # fmt: skip
-    return answer.json()
+    try:
+        data = answer.json()
+    except ValueError:  # not kpd's answer: a proxy's page, a bare "Internal Server Error"
+        data = None
+    if answer.status_code == 200 and isinstance(data, dict):
+        return data
+    problem = data if isinstance(data, dict) else {}
+    raise Problem(
+        502 if answer.status_code == 200 else answer.status_code,
+        str(problem.get("code", "forward_failed")),
+        f"sidecar at {url}: {problem.get('detail', answer.text[:200])}",
+        headers={k: v for k, v in answer.headers.items() if k == "retry-after"} or None,
+    )
 
 
 def segment(name: str) -> str:

@@ -83,12 +83,12 @@ def _calls(
 
 
 async def _answered(call: Awaitable[list[dict[str, Any]]]) -> list[dict[str, Any]] | Problem:
-    """A shard's results, or the 503 that says it cannot answer now (other errors are the
-    call's)."""
+    """A shard's results, or the server error that says it cannot answer now (a 503 while its
+    leader moves, an owner's failure): its items alone fail. A 4xx is the call's."""
     try:
         return await call
     except Problem as problem:
-        if problem.status != 503:
+        if problem.status < 500:
             raise
         return problem
 

@@ -72,8 +72,9 @@ class Owners(PeriodicThread):
     ) -> None:
         super().__init__("owners", REFRESH_S)
         self._membership, self._new_admin, self._clock = membership, new_admin, clock
-        self.by_shard: dict[int, str] = {}  # replaced whole, so readers never see it half-made
-        self.ring = Ring()  # the members of the view in use, replaced whole
+        # The view in use: each shard's leader, and the members in ring order. Replaced whole, in
+        # one assignment, so readers never see one view's leaders with another's ring.
+        self._view: tuple[dict[int, str], Ring] = ({}, Ring())
         self._refused: dict[str, float] = {}  # address -> when a call to it was last refused
         self.stable = False  # the view in use shows the group between rebalances
         self._admin: AdminClient | None = None  # the client new requests go to
@@ -83,6 +84,14 @@ class Owners(PeriodicThread):
         self._viewed_at = clock()  # when that view came (before the first: the start)
         self._led_at = self._viewed_at  # when a view last showed a shard led (or the start)
         self._listed_at = self._viewed_at  # when a stable view last listed this worker
+
+    @property
+    def by_shard(self) -> dict[int, str]:
+        return self._view[0]
+
+    @property
+    def ring(self) -> Ring:
+        return self._view[1]
 
     def tick(self) -> None:
         self._ask()
@@ -128,14 +137,15 @@ class Owners(PeriodicThread):
         while its guardian has taken its shards over within about a second: a third member's
         acks and pops for them failed until the group noticed."""
         dead = self._refused_since(self._clock())
+        by_shard, ring = self._view
         if not dead:
-            return self.by_shard
+            return by_shard
         detours = {
             url: guardian
-            for url, guardian in self.ring.guardians_by_url().items()
+            for url, guardian in ring.guardians_by_url().items()
             if url in dead and guardian not in dead
         }
-        return {shard: detours.get(url, url) for shard, url in self.by_shard.items()}
+        return {shard: detours.get(url, url) for shard, url in by_shard.items()}
 
     def _refused_since(self, now: float) -> dict[str, float]:
         """The addresses that refused a call within `REFUSED_FOR_S` of `now`, and when."""
@@ -149,13 +159,13 @@ class Owners(PeriodicThread):
         no assignment at all, and one preparing a rebalance with what they held before it: the
         joining member with nothing while the others hold every shard, which let a worker count
         as started before its shards came, in a run of `test_workers.py`.)"""
-        mine = [m.shards for m in self.ring.members if m.url == url]
-        return self.stable and mine == [owned] and len(self.by_shard) == shards
+        by_shard, ring = self._view
+        mine = [m.shards for m in ring.members if m.url == url]
+        return self.stable and mine == [owned] and len(by_shard) == shards
 
     def _show(self, members: list[Member], stable: bool, asked_at: float) -> None:
-        self.by_shard = {s: m.url for m in members for s in m.shards}
+        self._view = ({s: m.url for m in members for s in m.shards}, Ring.of(members))
         self.stable = stable
-        self.ring = Ring.of(members)
         self._asked_at, self._viewed_at = asked_at, self._clock()
         if self.by_shard:
             self._led_at = self._viewed_at

@@ -19,6 +19,7 @@ import httpx
 import structlog
 
 from api.availability import Availability
+from api.forwarding import forwarding_limits
 from api.index_writes import IndexWrites
 from delay_service.ingest_turns import IngestTurns
 from delay_service.leader import DelayDeps
@@ -75,7 +76,7 @@ class Sidecar:
         self.schedules = ScheduleIndex(self.store, self.shard_map)
         self.api_producer = AsyncProducer(self.producer_config)
         self.topic_cache = TopicCache(self.api_producer, settings.kafka_timeout_ms / 1000)
-        self.http = httpx.AsyncClient()  # forwards calls to the owners of other shards
+        self.http = httpx.AsyncClient(limits=forwarding_limits(settings))
         self.codec = ReceiptCodec(_receipt_secret(settings))
         self.availability = Availability()
         self.index_writes = IndexWrites()
