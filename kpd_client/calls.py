@@ -1,15 +1,25 @@
-"""The requests of kpd's HTTP API, as (method, path, body, timeout), shared by the sync and async
-clients. Every name in a path is one quoted segment: a group or schedule id may be `.` or `..`
-(both match the API's name patterns), which an HTTP client would otherwise resolve as a
-directory step, sending the call to another route."""
+"""The requests of kpd's HTTP API, shared by the sync and async clients. Every name in a path is
+one quoted segment: a group or schedule id may be `.` or `..` (both match the API's name
+patterns), which an HTTP client would otherwise resolve as a directory step, sending the call to
+another route."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
-Call = tuple[str, str, dict[str, Any] | None, float | None]  # method, path, body, timeout
+
+class Call(NamedTuple):
+    method: str
+    path: str
+    body: dict[str, Any] | None
+    wait_s: float = 0.0  # how long the sidecar may hold the call on purpose (a long poll)
+    # Safe to send to another sidecar after one took it and gave no answer. Not a produce: one
+    # sidecar may have written its plain messages already, and they would be written twice.
+    # Pops (what the lost answer leased comes back when its lease ends), settles and schedule
+    # calls (each answers as the first one left things) are.
+    resend: bool = True
 
 
 def segment(name: str) -> str:
@@ -19,16 +29,17 @@ def segment(name: str) -> str:
 
 
 def produce(topic: str, messages: list[dict[str, Any]]) -> Call:
-    return "POST", f"/v1/topics/{segment(topic)}/messages", {"messages": messages}, None
+    path = f"/v1/topics/{segment(topic)}/messages"
+    return Call("POST", path, {"messages": messages}, resend=False)
 
 
 def schedule(method: str, schedule_id: str) -> Call:
     """Read (GET) or cancel (DELETE) a schedule."""
-    return method, f"/v1/schedules/{segment(schedule_id)}", None, None
+    return Call(method, f"/v1/schedules/{segment(schedule_id)}", None)
 
 
 def group(name: str) -> Call:
-    return "GET", f"/v1/groups/{segment(name)}", None, None
+    return Call("GET", f"/v1/groups/{segment(name)}", None)
 
 
 def pop(group: str, topic: str, max_messages: int, invisible_ms: int | None, wait_ms: int) -> Call:
@@ -36,7 +47,7 @@ def pop(group: str, topic: str, max_messages: int, invisible_ms: int | None, wai
     if invisible_ms is not None:
         body["invisible_ms"] = invisible_ms
     path = f"/v1/groups/{segment(group)}/topics/{segment(topic)}/pop"
-    return "POST", path, body, wait_ms / 1000 + 60
+    return Call("POST", path, body, wait_s=wait_ms / 1000)
 
 
 def settle(group: str, call: str, receipts: Iterable[str], **item: Any) -> Call:
@@ -46,4 +57,4 @@ def settle(group: str, call: str, receipts: Iterable[str], **item: Any) -> Call:
         if call == "ack"
         else {"items": [{"receipt": r, **item} for r in receipts]}
     )
-    return "POST", f"/v1/groups/{segment(group)}/{call}", body, None
+    return Call("POST", f"/v1/groups/{segment(group)}/{call}", body)

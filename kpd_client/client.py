@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from kpd_client.retry import (
     retry_while_moving,
     unsettled,
 )
+from kpd_client.sidecars import Sidecars
 
 # An idle connection is reused for at most this long. A sidecar closes connections idle for
 # KPD_HTTP_KEEP_ALIVE_MS (5 s by default); httpx's own default is also 5 s, so a call sent on a
@@ -49,7 +49,13 @@ IDLE_CONNECTION_S = 2.0
 # A sidecar whose host does not answer a connect (gone, cut off) is skipped after this long, not
 # after the call's whole timeout (60 s by default); a refused connect is skipped at once.
 CONNECT_TIMEOUT_S = 5.0
-UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout)
+UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout)  # nothing was sent: any call goes on
+# The call was sent and no answer came (the sidecar paused or cut off, or it died mid-call): a
+# call safe to send twice (`Call.resend`) goes on to the next sidecar.
+UNANSWERED = (
+    httpx.ReadTimeout, httpx.WriteTimeout, httpx.ReadError, httpx.WriteError,
+    httpx.RemoteProtocolError,
+)  # fmt: skip
 # httpx's default pool sizes, with that idle expiry.
 CONNECTION_LIMITS = httpx.Limits(
     max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_CONNECTION_S
@@ -128,13 +134,12 @@ class _Client:
     ) -> None:
         """`base_url`: one sidecar, or several: calls then go to each in turn (any sidecar
         answers any call, so pops spread over them), skipping one that cannot be reached
-        (refused, or no connect within `connect_timeout_s`).
+        (refused, or no connect within `connect_timeout_s`) or gives no answer, and asking it
+        last for a while (`kpd_client.sidecars`).
+        `timeout_s`: how long a sidecar may take to answer, beyond the wait a call asks of it.
         `retry_deadline_s`: how long a call keeps retrying while leadership moves (0: never)."""
-        urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        self._urls = [url.rstrip("/") for url in urls]
-        if not self._urls:
-            raise ValueError("give at least one sidecar URL")
-        self._turn = itertools.count()
+        self._sidecars = Sidecars([base_url] if isinstance(base_url, str) else base_url)
+        self._timeout_s = timeout_s
         self._connect_timeout_s = min(timeout_s, connect_timeout_s)
         self._http: Any = self._http_class(
             headers=_headers(token),
@@ -143,19 +148,18 @@ class _Client:
         )
         self._retry_deadline_s = retry_deadline_s
 
-    def _timeout(self, call_timeout_s: float | None) -> dict[str, Any]:
-        """The request's own timeout, if the call has one (a long poll), connects bounded."""
-        if call_timeout_s is None:
-            return {}
-        return {"timeout": httpx.Timeout(call_timeout_s, connect=self._connect_timeout_s)}
+    def _request(self, url: str, call: Call) -> dict[str, Any]:
+        """The arguments of `call` to the sidecar at `url`: its answer may take its wait more."""
+        timeout = httpx.Timeout(call.wait_s + self._timeout_s, connect=self._connect_timeout_s)
+        return dict(method=call.method, url=url + call.path, json=call.body, timeout=timeout)
+
+    def _goes_on(self, url: str, call: Call, error: Exception) -> bool:
+        """The sidecar at `url` is away; may `call`, failed there with `error`, go to another?"""
+        self._sidecars.away(url)
+        return isinstance(error, UNREACHABLE) or call.resend
 
     def _deadline(self) -> float:
         return time.monotonic() + self._retry_deadline_s
-
-    def _in_turn(self) -> list[str]:
-        """The sidecars, starting with the next one in turn."""
-        start = next(self._turn) % len(self._urls)
-        return self._urls[start:] + self._urls[:start]
 
 
 class KpdClient(_Client):
@@ -187,15 +191,14 @@ class KpdClient(_Client):
         return results
 
     def _once(self, call: Call) -> Any:
-        method, path, body, timeout = call
-        kwargs = self._timeout(timeout)
-        urls = self._in_turn()
-        for url in urls[:-1]:
+        urls = self._sidecars.in_turn()
+        while True:
+            url = urls.pop(0)
             try:
-                return _checked(self._http.request(method, url + path, json=body, **kwargs))
-            except UNREACHABLE:  # that sidecar is down: the next one answers as well
-                continue
-        return _checked(self._http.request(method, urls[-1] + path, json=body, **kwargs))
+                return _checked(self._http.request(**self._request(url, call)))
+            except (*UNREACHABLE, *UNANSWERED) as error:  # the next sidecar answers as well
+                if not self._goes_on(url, call, error) or not urls:
+                    raise
 
     def produce(self, topic: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return list(self._call(calls.produce(topic, messages))["results"])
@@ -263,15 +266,14 @@ class AsyncKpdClient(_Client):
         return await _ASYNC_RETRYING(backoff, self._once, call)
 
     async def _once(self, call: Call) -> Any:
-        method, path, body, timeout = call
-        kwargs = self._timeout(timeout)
-        urls = self._in_turn()
-        for url in urls[:-1]:
+        urls = self._sidecars.in_turn()
+        while True:
+            url = urls.pop(0)
             try:
-                return _checked(await self._http.request(method, url + path, json=body, **kwargs))
-            except UNREACHABLE:  # that sidecar is down: the next one answers as well
-                continue
-        return _checked(await self._http.request(method, urls[-1] + path, json=body, **kwargs))
+                return _checked(await self._http.request(**self._request(url, call)))
+            except (*UNREACHABLE, *UNANSWERED) as error:  # the next sidecar answers as well
+                if not self._goes_on(url, call, error) or not urls:
+                    raise
 
     async def pop(
         self,

@@ -8,8 +8,9 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import httpx
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from kafka_helpers import (
@@ -681,6 +682,60 @@ def silent_host() -> Iterator[str]:
         finally:
             for client in held:
                 client.close()
+
+
+def test_the_client_skips_a_sidecar_that_takes_calls_and_gives_no_answer(
+    sidecar_factory, group, new_topic, kafka_bootstrap
+):
+    """A sidecar paused (SIGSTOP), frozen, or cut off behind an open connection takes a call and
+    never answers: it held each call that came to it for the whole call timeout, then failed it.
+    The client sends a pop or an ack on to the next sidecar once the answer is overdue, and asks
+    the mute one last for a while. A produce is not sent again: its plain messages may have been
+    written, and would be twice."""
+    a = sidecar_factory("a").start()
+    topic = new_topic(partitions=2)
+    values = [f"mute-{i}" for i in range(20)]
+    produce(kafka_bootstrap, topic, values)
+    with mute_host() as (mute, calls_taken), KpdClient([mute, a.url], timeout_s=2) as kpd:
+        popped = kpd.pop(group, topic, max_messages=20, wait_ms=1000)  # the mute one's turn
+        assert calls_taken() == 1
+        while len(popped) < len(values):  # each in turn again: the mute one is asked last
+            popped += kpd.pop(group, topic, max_messages=3, wait_ms=1000)
+        assert sorted(m.value for m in popped) == sorted(v.encode() for v in values)
+        assert {r["status"] for r in kpd.ack(group, [m.receipt for m in popped])} == {"acked"}
+        assert calls_taken() == 1
+    with mute_host() as (mute, calls_taken), KpdClient([mute, a.url], timeout_s=2) as kpd:
+        with pytest.raises(httpx.ReadTimeout):
+            kpd.produce(topic, [{"value": "once"}])
+        assert calls_taken() == 1
+
+
+@contextlib.contextmanager
+def mute_host() -> Iterator[tuple[str, Callable[[], int]]]:
+    """The URL of a listener that takes connections and reads calls but never answers (as a
+    paused process's kernel does), and how many calls it took so far."""
+    taken: list[socket.socket] = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.1)
+        stop = threading.Event()
+
+        def take() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    connection, _ = listener.accept()
+                    connection.settimeout(5)
+                    if connection.recv(65536):  # a call came; it is never answered
+                        taken.append(connection)
+
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        try:
+            yield f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: len(taken)
+        finally:
+            stop.set()
+            taker.join()
+            for connection in taken:
+                connection.close()
 
 
 @pytest.mark.parametrize("removal", ["records", "topic"])
