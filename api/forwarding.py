@@ -24,17 +24,18 @@ FORWARDED = "x-kpd-forwarded"
 # a refused one does at once; a connect within a deployment takes milliseconds.
 CONNECT_TIMEOUT_S = 2.0
 # A live owner may be slow to answer: a Kafka commit, or the fetchers of a shard it has just taken
-# over, can take many seconds with a slow broker (its own bound on a shard's answer is 30 s). A
-# call given up meanwhile may have leased records, left invisible until their lease ends, so it
-# is bounded only past everything the owner may wait, beyond the wait it asks of the owner ...
-ANSWER_TIMEOUT_S = 60.0
+# over, can take many seconds with a slow broker. A call given up meanwhile may have leased
+# records, left invisible until their lease ends, so it is bounded (beyond the wait it asks of
+# the owner) only past the owner's own bound on a shard's answer (30 s, `api.shard_answers`),
+# and below the Python client's (60 s), which would otherwise give up first ...
+ANSWER_TIMEOUT_S = 35.0
 # ... but a paused owner (SIGSTOP, a frozen VM) or one cut off behind an open connection takes a
 # call and never answers: a pop forwarded to one was held for 60 s, then failed, while the asking
 # worker's own lanes had records. A call overdue by `OVERDUE_S` asks the owner's /healthz, which
-# a live one answers however busy its shards are; with no answer within `PROBE_TIMEOUT_S` the
-# call is given up, as if the owner had refused it.
+# a live one answers however busy its shards are (on its event loop, which never waits on Kafka);
+# with no answer within `PROBE_TIMEOUT_S` the call is given up, as if the owner had refused it.
 OVERDUE_S = 2.0
-PROBE_TIMEOUT_S = 2.0
+PROBE_TIMEOUT_S = 3.0
 
 
 def forwarding_limits(settings: Settings) -> httpx.Limits:
@@ -75,9 +76,10 @@ async def send(
     try:
         return await _unless_mute(node, url, request, wait_s + OVERDUE_S)
     except (httpx.HTTPError, Mute) as error:
-        # Refused, or not answered: nothing there answers, so its shards' next calls go to the
-        # member that takes them over (its guardian takes a silent member's shards too).
-        if isinstance(error, Mute | httpx.ConnectError | httpx.ConnectTimeout | httpx.ReadTimeout):
+        # Refused, or mute: nothing there answers, so its shards' next calls go to the member
+        # that takes them over (its guardian takes a silent member's shards too). Not a call
+        # that outlasted its bound while the owner answered its probes: it is alive.
+        if isinstance(error, Mute | httpx.ConnectError | httpx.ConnectTimeout):
             node.unreachable(url)
         raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
 
@@ -86,19 +88,24 @@ async def _unless_mute(
     node: Node, url: str, request: Awaitable[httpx.Response], overdue_s: float
 ) -> httpx.Response:
     """The answer to `request`; `Mute` once it is `overdue_s` late and the owner answers no
-    health probe either."""
+    health probe either (an answer that comes during a probe is taken, whatever the probe)."""
     call = asyncio.ensure_future(request)
+    probe: asyncio.Future[httpx.Response] | None = None
     try:
-        done, _ = await asyncio.wait({call}, timeout=overdue_s)
-        while not done:
-            try:
-                await node.http.get(f"{url}/healthz", timeout=PROBE_TIMEOUT_S)
-            except httpx.HTTPError:
-                raise Mute("no answer to the call, nor to /healthz") from None
-            done, _ = await asyncio.wait({call}, timeout=OVERDUE_S)
+        await asyncio.wait({call}, timeout=overdue_s)
+        while not call.done():
+            probe = asyncio.ensure_future(node.http.get(f"{url}/healthz", timeout=PROBE_TIMEOUT_S))
+            await asyncio.wait({call, probe}, return_when=asyncio.FIRST_COMPLETED)
+            if call.done():
+                break
+            if probe.exception() is not None:
+                raise Mute("no answer to the call, nor to /healthz")
+            await asyncio.wait({call}, timeout=OVERDUE_S)
         return call.result()
     finally:
         call.cancel()
+        if probe is not None:
+            probe.cancel()
 
 
 async def forward(

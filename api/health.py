@@ -18,8 +18,9 @@ MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """The process is up and serving HTTP; says nothing about Kafka (that is /readyz)."""
+async def healthz() -> dict[str, str]:
+    """The process is up and serving HTTP; says nothing about Kafka (that is /readyz). Answered
+    on the event loop itself: a peer's probe asks whether this worker can answer calls."""
     return {"status": "ok"}
 
 

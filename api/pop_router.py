@@ -65,7 +65,7 @@ class PopRouter:
     ) -> Popped:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            sources = self._sources(group, topic, local)
+            sources = await self._sources(group, topic, local)
             popped = await self._collect(group, topic, wanted, invisible_ms, sources)
             left = deadline - time.monotonic()
             if popped.messages or left <= 0:
@@ -74,7 +74,8 @@ class PopRouter:
 
     async def watch(self, group: str, topic: str, wait_ms: int) -> int:
         """For a peer: wait until local lanes of (group, topic) hold records; how many."""
-        services = [s for s in self._sources(group, topic, local=True) if isinstance(s, PopService)]
+        sources = await self._sources(group, topic, local=True)
+        services = [s for s in sources if isinstance(s, PopService)]
         for service in services:  # a shard reads (group, topic) once it has been asked for it
             if not service.fetchers.knows(group, topic):
                 await shard_answer(service.inbox.submit(PopRequest(group, topic, 0, 1000)))
@@ -90,14 +91,14 @@ class PopRouter:
                 arrived.clear()
                 await until(arrived.wait(), left)
 
-    def _sources(self, group: str, topic: str, local: bool) -> list[Source]:
+    async def _sources(self, group: str, topic: str, local: bool) -> list[Source]:
         """Who serves lanes of (group, topic): this worker's shards, then the other owners."""
         node = self._node
         retry = node.settings.group(group).retry_topic or ""
         shards = {
             node.shard_map.of_lane(group, name, p)
             for name in (topic, retry)
-            for p in range(node.partitions(name))
+            for p in range(await self._partitions(name))
         }
         owners = node.routes()
         services: list[Source] = []
@@ -112,6 +113,15 @@ class PopRouter:
         if not sources:
             raise leadership_moving("no_leader", f"no sidecar serves the lanes of {topic!r} now")
         return sources
+
+    async def _partitions(self, topic: str) -> int:
+        """How many partitions `topic` has; a topic not known yet (a retry topic not made yet is
+        asked again every 2 s) is asked of the broker off the event loop, which must stay free
+        to answer, peers' health probes among the calls (`api.forwarding`)."""
+        node = self._node
+        if node.topic_cache.known(topic):
+            return node.partitions(topic)
+        return await asyncio.to_thread(node.partitions, topic)
 
     async def _collect(
         self, group: str, topic: str, wanted: int, invisible_ms: int, sources: list[Source]

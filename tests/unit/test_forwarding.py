@@ -134,3 +134,28 @@ def test_a_shard_s_server_error_fails_its_items_alone(status: int) -> None:
 def test_a_shard_s_4xx_fails_the_whole_settle_call() -> None:
     with pytest.raises(Problem, match="detail"):
         asyncio.run(_answered(failing(422)))
+
+
+def test_an_answer_that_comes_during_a_failing_probe_is_taken() -> None:
+    """The call is answered while the probe sent for it is still on its way (and then fails):
+    the answer is the call's, and the owner is not reported."""
+    told: list[str] = []
+
+    async def owner(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/healthz":
+            await asyncio.sleep(0.5)
+            raise httpx.ReadTimeout("no answer", request=request)
+        await asyncio.sleep(0.15)  # overdue at 0.1 s, answered 0.05 s into the probe
+        return httpx.Response(200, json={"results": []})
+
+    async def send() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(owner)) as http:
+            node: Any = SimpleNamespace(settings=Settings(node_id="a-0"), http=http,
+                                        unreachable=told.append)  # fmt: skip
+            return await forwarding.send(node, "POST", OWNER, "/v1/groups/g/ack", {})
+
+    started = time.monotonic()
+    answer = asyncio.run(send())
+    assert answer.status_code == 200
+    assert time.monotonic() - started < 0.4  # not held for the probe
+    assert told == []
