@@ -19,6 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.broker_for_tests import free_port
 
+TREE = Path(__file__).resolve().parents[1]  # the source tree these tools belong to
+
 
 def isolated_env(
     bootstrap: str, node_id: str, data_dir: Path, namespace: str, **settings: str
@@ -42,6 +44,15 @@ def isolated_env(
     }
 
 
+def spawn_env(env: dict[str, str]) -> dict[str, str]:
+    """`env`, with this source tree first on the child's PYTHONPATH: the child runs the code of the
+    tree that started it. An editable install maps kpd's packages to the folder it was made from,
+    so a sidecar started from another checkout (a git worktree sharing that venv) ran the code of
+    the installed one."""
+    paths = [str(TREE), *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 class SidecarProcess:
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.env = env
@@ -56,7 +67,7 @@ class SidecarProcess:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "sidecar.cli", "run"],
-                env=self.env,
+                env=spawn_env(self.env),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.log_path.parent,  # no kpd.toml there: settings come from env only
