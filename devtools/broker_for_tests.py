@@ -9,6 +9,7 @@ The broker started here runs the release `KPD_TEST_KAFKA_VERSION` (default 4.2.1
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 from collections.abc import Callable, Iterator, Mapping
@@ -78,10 +79,37 @@ def _small_ascii_number(raw: str) -> bool:
     return len(raw) <= 6 and raw.isascii() and raw.isdigit()
 
 
+# Ports are picked below the kernel's ephemeral range (outgoing connections take their local
+# ports from it): a port picked there was taken by some outgoing connection before the sidecar
+# worker it was for could bind it (EADDRINUSE, a CI run), as a port the kernel hands out on a
+# bind to port 0 is from that range.
+LOWEST_PORT = 10_000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
+    """A port free now, from below the ephemeral range where there is room."""
+    try:
+        ephemeral_low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = LOWEST_PORT
+    for _ in range(100):
+        if ephemeral_low - 1 <= LOWEST_PORT:
+            break
+        port = random.randrange(LOWEST_PORT, ephemeral_low - 1)  # its next one too (worker pairs)
+        if _bindable(port):
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    try:
+        with socket.create_server(("127.0.0.1", port)):
+            return True
+    except OSError:
+        return False
 
 
 @contextmanager
