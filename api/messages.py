@@ -31,6 +31,7 @@ from api.schedules import (
     owner_elsewhere,
     wait_for_schedule,
 )
+from api.topic_lookups import topic_exists
 from delay_service import metrics
 from delay_service.headers import CONTROL_HEADERS, DELIVER_AT, ID, TARGET
 from delay_service.schedules import Freshness
@@ -148,10 +149,7 @@ async def produce(
     if refused is not None:
         error = ProduceResult(status="error", code=refused[0], detail=refused[1])
         return ProduceResponse(results=[error] * len(body.messages))
-    exists = node.topic_cache.known(topic) or await asyncio.to_thread(
-        node.topic_cache.exists, topic
-    )
-    if not exists:
+    if not await topic_exists(node, topic):
         error = ProduceResult(
             status="error", code="unknown_topic", detail=f"topic {topic!r} does not exist"
         )

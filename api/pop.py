@@ -6,7 +6,6 @@ worker leads and from their owners elsewhere, so callers may talk to any sidecar
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Annotated, Any
@@ -33,6 +32,7 @@ from api.pop_router import WATCH, PopRouter
 from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.settle_router import settle
+from api.topic_lookups import topic_exists
 from foundation.config import NAME_PATTERN, TOPIC_PATTERN
 from revive.metrics import REQUEST_SECONDS
 
@@ -56,9 +56,7 @@ async def pop(
     refused = refused_topic(node, topic, group)
     if refused is not None:
         raise Problem(403, *refused)
-    if not (
-        node.topic_cache.known(topic) or await asyncio.to_thread(node.topic_cache.exists, topic)
-    ):
+    if not await topic_exists(node, topic):
         raise Problem(404, "topic_not_found", f"topic {topic!r} does not exist")
     router_ = _router(request)
     if request.headers.get(WATCH):  # a peer's long poll: how many records wait, nothing leased

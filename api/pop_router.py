@@ -30,6 +30,7 @@ from api.forwarding import forward, segment
 from api.node import Node
 from api.problems import leadership_moving
 from api.shard_answers import shard_answer
+from api.topic_lookups import partition_count
 from revive import metrics
 from revive.requests import PopRequest
 from revive.service import PopService
@@ -98,7 +99,7 @@ class PopRouter:
         shards = {
             node.shard_map.of_lane(group, name, p)
             for name in (topic, retry)
-            for p in range(await self._partitions(name))
+            for p in range(await partition_count(node, name))
         }
         owners = node.routes()
         services: list[Source] = []
@@ -113,15 +114,6 @@ class PopRouter:
         if not sources:
             raise leadership_moving("no_leader", f"no sidecar serves the lanes of {topic!r} now")
         return sources
-
-    async def _partitions(self, topic: str) -> int:
-        """How many partitions `topic` has; a topic not known yet (a retry topic not made yet is
-        asked again every 2 s) is asked of the broker off the event loop, which must stay free
-        to answer, peers' health probes among the calls (`api.forwarding`)."""
-        node = self._node
-        if node.topic_cache.known(topic):
-            return node.partitions(topic)
-        return await asyncio.to_thread(node.partitions, topic)
 
     async def _collect(
         self, group: str, topic: str, wanted: int, invisible_ms: int, sources: list[Source]

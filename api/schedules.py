@@ -26,6 +26,7 @@ from api.forwarding import is_forwarded, relayed, segment, send
 from api.node import Node
 from api.openapi import GUARDED, problems
 from api.problems import Problem, leadership_moving
+from api.topic_lookups import partition_count
 from delay_service import metrics
 from delay_service.headers import CANCEL
 from delay_service.schedules import Freshness, Schedule, State
@@ -143,8 +144,7 @@ async def buffer_partition(node: Node, schedule_id: str) -> int | None:
     """A buffer partition the shard of `schedule_id` reads, so the record needs no re-keying
     (None: let the partitioner choose; the delay service re-keys it)."""
     buffer = node.settings.buffer_topic
-    known = node.topic_cache.known(buffer)
-    count = node.partitions(buffer) if known else await asyncio.to_thread(node.partitions, buffer)
+    count = await partition_count(node, buffer)
     if not count:
         return None
     shards = node.shard_map
