@@ -93,12 +93,11 @@ def free_port() -> int:
         ephemeral_low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         ephemeral_low = LOWEST_PORT
-    for _ in range(100):
-        if ephemeral_low - 1 <= LOWEST_PORT:
-            break
-        port = random.randrange(LOWEST_PORT, ephemeral_low - 1)  # its next one too (worker pairs)
-        if _bindable(port):
-            return port
+    if ephemeral_low - 1 > LOWEST_PORT:  # room below it
+        for _ in range(100):
+            port = random.randrange(LOWEST_PORT, ephemeral_low - 1)  # its next one too (pairs)
+            if _bindable(port):
+                return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
