@@ -6,11 +6,13 @@
 Prints, in one run on one broker, after uncounted raw loops and mixed phases (`bench/delay.py`)
 have run until the fresh broker's JIT compiler is quiet (`bench/broker_jit.py`, `--warm-up-s`):
   * for 1, 2 and 4 worker processes of one `kpd run` (8 shards): delay ingest (schedules/s),
-    burst drain (deliveries/s) and pop+ack at batch 100 (msgs/s), as ratios to 1 worker; the CPU
-    split (each kpd process, with its librdkafka threads' part, and the broker, core-seconds per
-    1,000 records; the burst's from its due instant on, the wait before it apart) and each
-    worker's share of the work (from the delivery log's `node`); the burst's delay commits; and
-    the fixed cost: each process's CPU over 10 s with nothing to do, after the pop phase;
+    burst drain (deliveries/s) and pop+ack at batch 100 (msgs/s), as ratios to 1 worker (the
+    latest 1-worker run: `--workers 1,2,1,2` pairs); the CPU split (each kpd process, with its
+    librdkafka threads' part, their standbys' part, the broker, and the machine's steal,
+    core-seconds per 1,000 records; the burst's from its due instant on, the wait before it
+    apart) and each worker's share of the work (from the delivery log's `node`); the burst's
+    delay commits; and the fixed cost: each process's CPU over 10 s with nothing to do, after
+    the pop phase;
   * failover: SIGKILL of a sidecar under a steady due load, 2 sidecars with the broker's stock
     session timeout (6 s): time until the killed sidecar's shards deliver again, p50 and max;
   * takeover: the time from SIGKILL of a pop leader to the first pop answered by its standby,
@@ -107,6 +109,16 @@ class Sidecar(SidecarProcess):
                     kind = sample.name.rsplit("_", 1)[1]
                     found[kind] = found.get(kind, 0.0) + sample.value
         return found["count"], found["sum"]
+
+    def standby_cpu_s(self) -> float:
+        """CPU seconds the workers' standbys spent so far (`kpd_standby_cpu_seconds_total`)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "kpd_standby_cpu_seconds_total"
+        )
 
     def calls(self, metric: str) -> Counter[str]:
         """A pop-group call counter of all workers, by call: `kpd_pop_forwarded_total` (sent on
@@ -228,9 +240,8 @@ def one_run(
     **settings: str,
 ) -> dict:
     namespace = f"bench-scale-{uuid.uuid4().hex[:6]}"
-    sidecar = Sidecar(
-        bootstrap, home / f"w{workers}", namespace, "s", workers=str(workers), **settings
-    )
+    folder = home / f"w{workers}-{namespace}"  # `--workers 1,2,1,2` runs 1 worker twice
+    sidecar = Sidecar(bootstrap, folder, namespace, "s", workers=str(workers), **settings)
     sidecar.launch(timeout_s=300)
     broker = broker_pid()
     log = sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
@@ -246,11 +257,11 @@ def one_run(
         target = create_topic(admin, f"bench-scale-t-{uuid.uuid4().hex[:6]}")
         buffer = sidecar.env["KPD_BUFFER_TOPIC"]
         due = now_ms() + 3_600_000
-        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
+        cpu = CpuMeter(sidecar, broker)
         produce_fast(bootstrap, buffer, schedules(target, "i", n, due))
         ingested = LogCount(bootstrap, log, "scheduled", target, n, 600)
         result["ingest"] = ingested.rate()
-        result["ingest_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, n)
+        result["ingest_cpu"] = cpu.split(n)
         result["ingest_share"] = ingested.nodes
         # Burst: n due at one instant, on a target of its own with the broker's clock.
         # Due once all of it is scheduled: at the ingest rate just measured, with room to spare.
@@ -263,13 +274,13 @@ def one_run(
         result["burst_valid"] = scheduled.count == n and scheduled.last_ms < burst_due
         # The CPU of the wait (the idle rate, and the wheel loading the burst WINDOW_MS ahead),
         # then of the drain from the due instant on, apart.
-        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
+        cpu = CpuMeter(sidecar, broker)
         time.sleep(max(burst_due - now_ms(), 0) / 1000)
-        cpu1, broker1, commits0 = sidecar.cpu(), process_cpu_s(broker), sidecar.delay_commits()
-        result["burst_wait_cpu"] = _cpu_split(cpu1, cpu0, broker1 - broker0, n)
+        result["burst_wait_cpu"], commits0 = cpu.split(n), sidecar.delay_commits()
+        cpu = CpuMeter(sidecar, broker)
         rows = read_deliveries(bootstrap, burst_target, n, 600)
         result["burst"] = len(rows) / max((rows[:, 1].max() - burst_due) / 1000, 1e-3)
-        result["burst_cpu"] = _cpu_split(sidecar.cpu(), cpu1, process_cpu_s(broker) - broker1, n)
+        result["burst_cpu"] = cpu.split(n)
         count, waited = (b - a for a, b in zip(commits0, sidecar.delay_commits(), strict=True))
         result["burst_commits"] = (
             f"{count * 1000 / n:.1f} per 1,000, {waited / count * 1000:.1f} ms"
@@ -280,11 +291,11 @@ def one_run(
         produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
         group = f"g-{uuid.uuid4().hex[:6]}"
         n_pop = n - warm_up(sidecar.url, group, topic)
-        cpu0, broker0 = sidecar.cpu(), process_cpu_s(broker)
+        cpu = CpuMeter(sidecar, broker)
         forwarded0, answered0 = sidecar.calls(FORWARDED), sidecar.calls(ANSWERED)
         acked, seconds = pop_and_ack(sidecar.url, group, topic, n_pop)
         result["pop"] = acked / seconds
-        result["pop_cpu"] = _cpu_split(sidecar.cpu(), cpu0, process_cpu_s(broker) - broker0, acked)
+        result["pop_cpu"] = cpu.split(acked)
         result["pop_share"] = LogCount(bootstrap, log, "delivered", topic, acked, 120).nodes
         result["pop_forwarded"] = dict(sidecar.calls(FORWARDED) - forwarded0)
         answered = sidecar.calls(ANSWERED) - answered0
@@ -315,16 +326,40 @@ def warm_up(url: str, group: str, topic: str) -> int:
     raise RuntimeError("no message popped within 60 s")
 
 
-def _cpu_split(now: WorkerCpu, before: WorkerCpu, broker: float, n: int) -> str:
-    """Each worker's CPU per 1,000 records (in brackets, librdkafka's threads' part of it)."""
-    per_k = [
-        [(b - a) * 1000 / n for a, b in zip(before.get(p, (0.0, 0.0)), now[p], strict=True)]
-        for p in sorted(now)
-    ]
-    # To 0.001: a hot standby's whole part is about 0.01 (BENCHMARKS.md, 2026-11-28 09:14).
-    kpd = " + ".join(f"{c:.3f} ({rdk:.3f})" for c, rdk in per_k)
-    total = sum(c for c, _ in per_k)
-    return f"kpd {kpd} = {total:.3f}, broker {broker * 1000 / n:.3f} core-s/1k"
+class CpuMeter:
+    """The CPU a phase costs, from its creation to `split`: each worker's, their standbys',
+    the broker's, and steal: time this VM's cores were ready to run and the host ran something
+    else (`/proc/stat`), a cost of the machine, not of the processes measured."""
+
+    def __init__(self, sidecar: Sidecar, broker: int) -> None:
+        self._sidecar, self._broker = sidecar, broker
+        self._workers, self._others = self._now()
+
+    def _now(self) -> tuple[WorkerCpu, np.ndarray]:
+        with open("/proc/stat") as stat:
+            steal_s = int(stat.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+        others = [self._sidecar.standby_cpu_s(), process_cpu_s(self._broker), steal_s]
+        return self._sidecar.cpu(), np.array(others)
+
+    def split(self, n: int) -> str:
+        """Each worker's CPU per 1,000 records (in brackets, librdkafka's threads' part of it),
+        the standbys' part of it, the broker's and steal, since the meter was made."""
+        now, others = self._now()
+        per_k = [
+            [
+                (b - a) * 1000 / n
+                for a, b in zip(self._workers.get(p, (0.0, 0.0)), now[p], strict=True)
+            ]
+            for p in sorted(now)
+        ]
+        # To 0.001: a hot standby's whole part is about 0.01 (BENCHMARKS.md, 2026-11-28 09:14).
+        kpd = " + ".join(f"{c:.3f} ({rdk:.3f})" for c, rdk in per_k)
+        total = sum(c for c, _ in per_k)
+        standby, broker, steal = (others - self._others) * 1000 / n
+        return (
+            f"kpd {kpd} = {total:.3f} (standby {standby:.3f}), broker {broker:.3f}, "
+            f"steal {steal:.3f} core-s/1k"
+        )
 
 
 # -- failover --------------------------------------------------------------------------------
@@ -488,7 +523,9 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         jit = broker_jit.CompilerMeter(broker)
         caps = CpuCaps(args.worker_cpu, int(args.cpu_period_ms * 1000))
         r = one_run(bootstrap, admin, workers, args.n, home, caps, **args.setting)
-        base = base or r
+        # Ratios are to the latest 1-worker run: this machine's speed drifts by up to a fifth
+        # within minutes, so `--workers 1,2,1,2` gives pairs measured close together.
+        base = r if workers == 1 or not base else base
         at = time.strftime("%H:%M:%S", time.gmtime())
         load = os.getloadavg()[0]
         print(

@@ -43,6 +43,13 @@ SHARD_STANDBY = Gauge(
     ["shard"],
     multiprocess_mode="livemax",
 )
+# What a hot standby costs its worker, in the worker's own terms: with two workers, the standby's
+# apply of the other's deliveries was the burst's main rise in CPU per record (BENCHMARKS.md,
+# 2026-11-29 13:52).
+STANDBY_CPU = Counter(
+    "kpd_standby_cpu_seconds",
+    "CPU time the standby's thread spent following the shards led elsewhere (its steps)",
+)
 SHARD_LEADER = Gauge(
     "kpd_shard_leader",
     "1 for each shard this sidecar leads",

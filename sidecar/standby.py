@@ -13,6 +13,7 @@ import time
 import structlog
 from confluent_kafka import KafkaException
 
+from foundation.metrics import STANDBY_CPU
 from foundation.state_follower import StateFollower
 from foundation.supervision import LoopHealth
 from revive.metrics import STANDBY_CHECKPOINTS
@@ -50,12 +51,14 @@ class Standby:
         # schedule. While it waited on the pop state too, half the step, such a POST took 50 ms
         # at p50 against 16 at the shard's owner; the pop state only has to be ready for a
         # takeover, so it takes what has come, once a step.
+        started = time.thread_time()
         self._follower.poll_once(STANDBY_WAIT_S)
         self._pops.apply(self._reader, 0)
         self._pops.positions(self._reader)
         if time.monotonic() - self._released_at >= RELEASED_EVERY_S:
             self._released_at = time.monotonic()
             self._forget_released()
+        STANDBY_CPU.inc(time.thread_time() - started)
 
     def _forget_released(self) -> None:
         """Housekeeping that may skip a round: a failed look at the replay floors (the group
