@@ -34,13 +34,15 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import numpy as np
 import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +80,7 @@ SETTLE_S = 10.0  # after a sidecar is ready: standbys catching up, groups settli
 FORWARDED, ANSWERED = "kpd_pop_forwarded_total", "kpd_pop_request_seconds_count"
 # Per worker process: its CPU seconds so far, and the part of it in librdkafka's threads.
 WorkerCpu = dict[int, tuple[float, float]]
+MULTIPROC = b"PROMETHEUS_MULTIPROC_DIR="  # the workers' shared metrics folder (`sidecar.workers`)
 
 
 def http_client(url: str) -> httpx.Client:
@@ -111,11 +114,19 @@ class Sidecar(SidecarProcess):
         return found["count"], found["sum"]
 
     def standby_cpu_s(self) -> float:
-        """CPU seconds the workers' standbys spent so far (`kpd_standby_cpu_seconds_total`)."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        """CPU seconds the workers' standbys spent so far (`kpd_standby_cpu_seconds_total`),
+        from the workers' shared metrics folder; one worker alone has none, nor a standby that
+        follows anything."""
+        pids = self.worker_pids()
+        if len(pids) < 2:
+            return 0.0
+        environ = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
+        folder = next(e.split(b"=", 1)[1] for e in environ if e.startswith(MULTIPROC))
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=folder.decode())
         return sum(
             sample.value
-            for family in text_string_to_metric_families(text)
+            for family in registry.collect()
             for sample in family.samples
             if sample.name == "kpd_standby_cpu_seconds_total"
         )
@@ -257,11 +268,11 @@ def one_run(
         target = create_topic(admin, f"bench-scale-t-{uuid.uuid4().hex[:6]}")
         buffer = sidecar.env["KPD_BUFFER_TOPIC"]
         due = now_ms() + 3_600_000
-        cpu = CpuMeter(sidecar, broker)
+        cpu0 = CpuSnapshot.take(sidecar, broker)
         produce_fast(bootstrap, buffer, schedules(target, "i", n, due))
         ingested = LogCount(bootstrap, log, "scheduled", target, n, 600)
         result["ingest"] = ingested.rate()
-        result["ingest_cpu"] = cpu.split(n)
+        result["ingest_cpu"] = cpu0.split(CpuSnapshot.take(sidecar, broker), n)
         result["ingest_share"] = ingested.nodes
         # Burst: n due at one instant, on a target of its own with the broker's clock.
         # Due once all of it is scheduled: at the ingest rate just measured, with room to spare.
@@ -274,13 +285,13 @@ def one_run(
         result["burst_valid"] = scheduled.count == n and scheduled.last_ms < burst_due
         # The CPU of the wait (the idle rate, and the wheel loading the burst WINDOW_MS ahead),
         # then of the drain from the due instant on, apart.
-        cpu = CpuMeter(sidecar, broker)
+        cpu0 = CpuSnapshot.take(sidecar, broker)
         time.sleep(max(burst_due - now_ms(), 0) / 1000)
-        result["burst_wait_cpu"], commits0 = cpu.split(n), sidecar.delay_commits()
-        cpu = CpuMeter(sidecar, broker)
+        cpu1, commits0 = CpuSnapshot.take(sidecar, broker), sidecar.delay_commits()
+        result["burst_wait_cpu"] = cpu0.split(cpu1, n)
         rows = read_deliveries(bootstrap, burst_target, n, 600)
         result["burst"] = len(rows) / max((rows[:, 1].max() - burst_due) / 1000, 1e-3)
-        result["burst_cpu"] = cpu.split(n)
+        result["burst_cpu"] = cpu1.split(CpuSnapshot.take(sidecar, broker), n)
         count, waited = (b - a for a, b in zip(commits0, sidecar.delay_commits(), strict=True))
         result["burst_commits"] = (
             f"{count * 1000 / n:.1f} per 1,000, {waited / count * 1000:.1f} ms"
@@ -291,11 +302,11 @@ def one_run(
         produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
         group = f"g-{uuid.uuid4().hex[:6]}"
         n_pop = n - warm_up(sidecar.url, group, topic)
-        cpu = CpuMeter(sidecar, broker)
+        cpu0 = CpuSnapshot.take(sidecar, broker)
         forwarded0, answered0 = sidecar.calls(FORWARDED), sidecar.calls(ANSWERED)
         acked, seconds = pop_and_ack(sidecar.url, group, topic, n_pop)
         result["pop"] = acked / seconds
-        result["pop_cpu"] = cpu.split(acked)
+        result["pop_cpu"] = cpu0.split(CpuSnapshot.take(sidecar, broker), acked)
         result["pop_share"] = LogCount(bootstrap, log, "delivered", topic, acked, 120).nodes
         result["pop_forwarded"] = dict(sidecar.calls(FORWARDED) - forwarded0)
         answered = sidecar.calls(ANSWERED) - answered0
@@ -326,36 +337,34 @@ def warm_up(url: str, group: str, topic: str) -> int:
     raise RuntimeError("no message popped within 60 s")
 
 
-class CpuMeter:
-    """The CPU a phase costs, from its creation to `split`: each worker's, their standbys',
-    the broker's, and steal: time this VM's cores were ready to run and the host ran something
-    else (`/proc/stat`), a cost of the machine, not of the processes measured."""
+class CpuSnapshot(NamedTuple):
+    """CPU seconds so far of each worker (with its librdkafka threads' part), and of: their
+    standbys (part of the workers'), the broker, and steal, time this VM's cores were ready to
+    run and the host ran something else (`/proc/stat`), a cost of the machine, not of the
+    processes measured. Taken from files, not over HTTP: a capped worker busy with a burst took
+    seconds to answer /metrics, and a phase measured from its answer started late."""
 
-    def __init__(self, sidecar: Sidecar, broker: int) -> None:
-        self._sidecar, self._broker = sidecar, broker
-        self._workers, self._others = self._now()
+    workers: WorkerCpu
+    others: np.ndarray
 
-    def _now(self) -> tuple[WorkerCpu, np.ndarray]:
+    @classmethod
+    def take(cls, sidecar: Sidecar, broker: int) -> CpuSnapshot:
         with open("/proc/stat") as stat:
             steal_s = int(stat.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
-        others = [self._sidecar.standby_cpu_s(), process_cpu_s(self._broker), steal_s]
-        return self._sidecar.cpu(), np.array(others)
+        workers, broker_s = sidecar.cpu(), process_cpu_s(broker)
+        return cls(workers, np.array([sidecar.standby_cpu_s(), broker_s, steal_s]))
 
-    def split(self, n: int) -> str:
+    def split(self, later: CpuSnapshot, n: int) -> str:
         """Each worker's CPU per 1,000 records (in brackets, librdkafka's threads' part of it),
-        the standbys' part of it, the broker's and steal, since the meter was made."""
-        now, others = self._now()
+        the standbys' part of it, the broker's and steal, from this snapshot to `later`."""
         per_k = [
-            [
-                (b - a) * 1000 / n
-                for a, b in zip(self._workers.get(p, (0.0, 0.0)), now[p], strict=True)
-            ]
-            for p in sorted(now)
+            [(b - a) * 1000 / n for a, b in zip(self.workers.get(p, (0.0, 0.0)), now, strict=True)]
+            for p, now in sorted(later.workers.items())
         ]
         # To 0.001: a hot standby's whole part is about 0.01 (BENCHMARKS.md, 2026-11-28 09:14).
         kpd = " + ".join(f"{c:.3f} ({rdk:.3f})" for c, rdk in per_k)
         total = sum(c for c, _ in per_k)
-        standby, broker, steal = (others - self._others) * 1000 / n
+        standby, broker, steal = (later.others - self.others) * 1000 / n
         return (
             f"kpd {kpd} = {total:.3f} (standby {standby:.3f}), broker {broker:.3f}, "
             f"steal {steal:.3f} core-s/1k"
