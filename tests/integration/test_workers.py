@@ -55,6 +55,8 @@ def test_workers_share_the_shards_the_port_and_the_metrics(
         values = metric_values(http)
         assert values["kpd_schedules_delivered_total"] >= len(ids)
         assert sum(v for k, v in values.items() if k.startswith("kpd_shard_leader{")) == 4
+        # Each worker's standby applied the other's 400 schedules, on the CPU it reports.
+        assert values["kpd_standby_cpu_seconds_total"] > 0
 
 
 def test_a_killed_worker_is_started_again(sidecar_factory):
