@@ -26,9 +26,10 @@ CONNECT_TIMEOUT_S = 2.0
 # A live owner may be slow to answer: a Kafka commit, or the fetchers of a shard it has just taken
 # over, can take many seconds with a slow broker. A call given up meanwhile may have leased
 # records, left invisible until their lease ends, so it is bounded (beyond the wait it asks of
-# the owner) only past the owner's own bound on a shard's answer (30 s, `api.shard_answers`),
-# and below the Python client's (60 s), which would otherwise give up first ...
-ANSWER_TIMEOUT_S = 35.0
+# the owner) only past the owner's own bound on its shards' answers (22 s, `api.shard_answers`),
+# and below the Python client's (60 s), which would otherwise give up first: a pop may wait for
+# its own shards, then for one owner elsewhere (`api.pop_router`) ...
+ANSWER_TIMEOUT_S = 25.0
 # ... but a paused owner (SIGSTOP, a frozen VM) or one cut off behind an open connection takes a
 # call and never answers: a pop forwarded to one was held for 60 s, then failed, while the asking
 # worker's own lanes had records. A call overdue by `OVERDUE_S` asks the owner's /healthz, which

@@ -29,7 +29,7 @@ from api.availability import until
 from api.forwarding import forward, segment
 from api.node import Node
 from api.problems import leadership_moving
-from api.shard_answers import shard_answer
+from api.shard_answers import ANSWER_TIMEOUT_S, LATE_ASKS_S, busy, shard_answer
 from api.topic_lookups import partition_count
 from revive import metrics
 from revive.requests import PopRequest
@@ -77,9 +77,21 @@ class PopRouter:
         """For a peer: wait until local lanes of (group, topic) hold records; how many."""
         sources = await self._sources(group, topic, local=True)
         services = [s for s in sources if isinstance(s, PopService)]
-        for service in services:  # a shard reads (group, topic) once it has been asked for it
-            if not service.fetchers.knows(group, topic):
-                await shard_answer(service.inbox.submit(PopRequest(group, topic, 0, 1000)))
+        # A shard reads (group, topic) once it has been asked for it; the shards are asked
+        # together (each has its own thread), so they wait out one bound, not one each.
+        asked = await asyncio.gather(
+            *(
+                shard_answer(
+                    service.inbox.submit(PopRequest(group, topic, 0, 1000)), ANSWER_TIMEOUT_S
+                )
+                for service in services
+                if not service.fetchers.knows(group, topic)
+            ),
+            return_exceptions=True,
+        )
+        for answer in asked:
+            if isinstance(answer, Exception):
+                raise answer
         deadline = time.monotonic() + wait_ms / 1000
         with self._node.availability.waiting(group, topic) as arrived:
             for service in services:
@@ -125,6 +137,9 @@ class PopRouter:
         failed: Exception | None = None  # the first source that could not answer
         asked_here = 0  # local shards asked so far
         elsewhere = False
+        # One bound for the round, not one per source: a worker whose shards all hang (their
+        # threads blocked on a Kafka call) answered a pop after 30 s per shard.
+        ends = time.monotonic() + ANSWER_TIMEOUT_S
         for source in visit_order(local, remote, turn):
             left = wanted - len(found)
             if left <= 0 or (failed is not None and found):
@@ -136,8 +151,10 @@ class PopRouter:
             try:
                 if isinstance(source, PopService):
                     asked_here += 1
-                    found += await self._lease_here(source, group, topic, left, invisible_ms)
+                    found += await self._lease_here(source, group, topic, left, invisible_ms, ends)
                 elif not found:  # an owner elsewhere is asked only while nothing was found here
+                    if time.monotonic() >= ends:
+                        raise busy()
                     found += await self._lease_elsewhere(source, group, topic, left, invisible_ms)
                     if found and asked_here == len(local):
                         elsewhere = True
@@ -155,13 +172,21 @@ class PopRouter:
 
     @staticmethod
     async def _lease_here(
-        service: PopService, group: str, topic: str, wanted: int, invisible_ms: int
+        service: PopService, group: str, topic: str, wanted: int, invisible_ms: int, ends: float
     ) -> list[dict[str, Any]]:
+        """What `service` leases, given until `ends` (the round's bound); past it only a shard
+        whose lanes show records is asked, within the round's `LATE_ASKS_S`."""
         fetchers = service.fetchers
-        if fetchers.knows(group, topic) and not fetchers.available(group, topic):
+        known = fetchers.knows(group, topic)
+        if known and not fetchers.available(group, topic):
             return []
+        left_s = ends - time.monotonic()
+        if left_s <= 0:
+            left_s += LATE_ASKS_S if known else 0
+        if left_s <= 0:
+            raise busy()
         return await shard_answer(
-            service.inbox.submit(PopRequest(group, topic, wanted, invisible_ms))
+            service.inbox.submit(PopRequest(group, topic, wanted, invisible_ms)), left_s
         )
 
     async def _lease_elsewhere(

@@ -79,9 +79,9 @@ def test_an_owner_that_cannot_be_reached_leaves_the_schedules_to_the_caller(
     # mute one is given up sooner, `tests/unit/test_forwarding.py`): alive, it keeps them.
     assert refused == ([] if isinstance(away, httpx.ReadTimeout) else [OWNER])
     # A connect waits 2 s at most (a gone host never answers it); the answer, what the owner
-    # may wait on purpose (its index, then the schedule's write: 5 s each) and 35 s more.
-    assert seen[0].extensions["timeout"] == {"connect": 2.0, "read": 45.0, "write": 45.0,
-                                             "pool": 45.0}  # fmt: skip
+    # may wait on purpose (its index, then the schedule's write: 5 s each) and 25 s more.
+    assert seen[0].extensions["timeout"] == {"connect": 2.0, "read": 35.0, "write": 35.0,
+                                             "pool": 35.0}  # fmt: skip
 
 
 @pytest.mark.parametrize(

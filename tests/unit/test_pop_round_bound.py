@@ -1,0 +1,126 @@
+"""How long a pop waits for this worker's shards (`api.pop_router`): one bound for the round, not
+one per shard, so a worker whose shards all hang (their threads blocked on a Kafka call) answers
+503 once, instead of after the bound times its shards; past it, a shard whose lanes show records
+is still asked, briefly, so one hanging shard fails only itself.
+
+The shards are stand-ins whose answers come at once or never: what is tested is the router's
+clock, not a shard (the real ones are in `tests/integration/test_shards.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from api import pop_router
+from api.pop_router import Popped, PopRouter
+from api.problems import Problem
+from foundation.config import Settings
+from revive.service import PopService
+
+ROUND_S = 0.4
+LATE_S = 0.2
+TOPIC = "orders"
+
+
+@pytest.fixture(autouse=True)
+def short_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pop_router, "ANSWER_TIMEOUT_S", ROUND_S)
+    monkeypatch.setattr(pop_router, "LATE_ASKS_S", LATE_S)
+
+
+class Shard:
+    """A shard's pop service that answers `messages`, or never (`None`)."""
+
+    def __init__(self, messages: list[dict[str, Any]] | None, known: bool = False) -> None:
+        self.messages, self.known, self.asked = messages, known, 0
+
+    def service(self) -> PopService:
+        service = PopService.__new__(PopService)  # only what the router uses of one
+        service.fetchers = SimpleNamespace(  # type: ignore[assignment]
+            knows=lambda group, topic: self.known,
+            available=lambda group, topic: len(self.messages or [None]),
+        )
+        service.inbox = SimpleNamespace(submit=self.submit)  # type: ignore[assignment]
+        return service
+
+    def submit(self, request: object) -> Future[list[dict[str, Any]]]:
+        self.asked += 1
+        answer: Future[list[dict[str, Any]]] = Future()
+        if self.messages is not None:
+            answer.set_result(self.messages)
+        return answer
+
+
+def pop(shards: list[Shard]) -> tuple[list[dict[str, Any]] | Problem, float]:
+    """A pop of 10 (no wait) on a worker leading `shards` (shard i serves partition i of the topic):
+    (what it answered, or the problem it raised; how long it took)."""
+    router = PopRouter(node_of(shards))
+    return timed(router.pop("g", TOPIC, 10, 30_000, wait_ms=0, local=False))
+
+
+def node_of(shards: list[Shard]) -> Any:
+    services = {i: shard.service() for i, shard in enumerate(shards)}
+    return SimpleNamespace(
+        settings=Settings(node_id="a-0"),
+        shard_map=SimpleNamespace(of_lane=lambda group, topic, partition: partition),
+        topic_cache=SimpleNamespace(known=lambda topic: True),
+        partitions=lambda topic: len(shards) if topic == TOPIC else 0,
+        routes=dict,
+        pop_service=services.get,
+        url="http://a:9000",
+    )
+
+
+def timed(call: Coroutine[Any, Any, Any]) -> tuple[Any, float]:
+    """What `call` answers (a pop's messages), or the problem it raises; how long it took."""
+
+    async def answer() -> Any:
+        try:
+            answered = await call
+        except Problem as problem:
+            return problem
+        return answered.messages if isinstance(answered, Popped) else answered
+
+    started = time.monotonic()
+    answered = asyncio.run(answer())
+    return answered, time.monotonic() - started
+
+
+def test_shards_that_all_hang_fail_the_pop_once_the_round_is_over() -> None:
+    shards = [Shard(None), Shard(None), Shard(None)]
+    answer, took_s = pop(shards)
+    assert isinstance(answer, Problem) and answer.status == 503 and answer.code == "leader_busy"
+    # One bound in all (one per shard would be 3 x 0.4 s); the two not asked in time show no
+    # records (they were never asked), so they are not asked late either.
+    assert ROUND_S <= took_s < ROUND_S + LATE_S
+    assert [shard.asked for shard in shards] == [1, 0, 0]
+
+
+def test_past_the_round_a_shard_whose_lanes_show_records_is_still_asked() -> None:
+    shards = [Shard(None), Shard([{"value": "a"}], known=True), Shard([], known=True)]
+    answer, took_s = pop(shards)
+    assert answer == [{"value": "a"}]
+    assert ROUND_S <= took_s < ROUND_S + LATE_S
+    assert [shard.asked for shard in shards] == [1, 1, 0]  # the empty one is only looked at
+
+
+def test_late_asks_are_bounded_together() -> None:
+    shards = [Shard(None), Shard(None, known=True), Shard(None, known=True)]
+    answer, took_s = pop(shards)
+    assert isinstance(answer, Problem) and answer.code == "leader_busy"
+    assert ROUND_S + LATE_S <= took_s < ROUND_S + 2 * LATE_S
+    assert [shard.asked for shard in shards] == [1, 1, 0]
+
+
+def test_a_peers_watch_asks_the_shards_that_must_read_the_group_together() -> None:
+    shards = [Shard(None), Shard(None), Shard(None)]
+    answer, took_s = timed(PopRouter(node_of(shards)).watch("g", TOPIC, wait_ms=0))
+    assert isinstance(answer, Problem) and answer.code == "leader_busy"
+    assert ROUND_S <= took_s < 2 * ROUND_S  # one after the other: 3 x 0.4 s
+    assert [shard.asked for shard in shards] == [1, 1, 1]
