@@ -37,16 +37,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import broker_jit  # noqa: E402
-from bench.pop import (  # noqa: E402
+from bench.pop_load import (  # noqa: E402
     Sidecar,
     ack,
-    configure_share_group,
     create_topic,
     pct,
     pop,
     produce_backlog,
     run_processes,
 )
+from bench.share_groups import configure_share_group  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 
 WARM_UP_ROUND_S = 10.0  # a round of kpd's phase in the broker's warm-up
