@@ -33,28 +33,16 @@ from confluent_kafka.admin import AdminClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-# delay.py's helpers by way of scale.py, which imports delay.py after its own path insertions:
-# delay.py's puts the root first, so that `revive` is kpd's package and not bench/revive.py.
-from scale import (  # noqa: E402
-    SETTLE_S,
-    SHARDS,
-    LogCount,
-    Sidecar,
-    _numbers,
-    _setting,
+from bench import scale_parts as parts  # noqa: E402
+from bench.cpu_cap import CpuCaps  # noqa: E402
+from bench.delay import (  # noqa: E402
     create_target,
     create_topic,
     now_ms,
-    pop_and_ack,
     produce_fast,
     read_deliveries,
-    schedules,
-    warm_up,
 )
-
-from bench.cpu_cap import CpuCaps  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 
 IDLE_S = 10.0
@@ -64,7 +52,7 @@ PHASES = ("ingest", "burst", "pop")
 TOP = 25
 
 
-def calls(sidecar: Sidecar, folder: Path) -> Counter[str]:
+def calls(sidecar: parts.Sidecar, folder: Path) -> Counter[str]:
     """Every worker's calls so far, by function, summed (each worker writes them on SIGUSR2)."""
     total: Counter[str] = Counter()
     for pid in sidecar.worker_pids():
@@ -80,14 +68,14 @@ def calls(sidecar: Sidecar, folder: Path) -> Counter[str]:
     return total
 
 
-def _workers_cpu(sidecar: Sidecar) -> float:
+def _workers_cpu(sidecar: parts.Sidecar) -> float:
     return sum(cpu for cpu, _ in sidecar.cpu().values())
 
 
 class Phase:
     """Calls and worker CPU from `start` to `end`, per record."""
 
-    def __init__(self, sidecar: Sidecar, folder: Path) -> None:
+    def __init__(self, sidecar: parts.Sidecar, folder: Path) -> None:
         self._sidecar, self._folder = sidecar, folder
         self._takeovers = sidecar.metrics().get(TAKEOVERS, 0.0)
         self._calls, self._cpu, self._at = (
@@ -120,7 +108,7 @@ def one_run(
     folder = home / f"calls-{workers}"
     folder.mkdir()
     namespace = f"bench-calls-{uuid.uuid4().hex[:6]}"
-    sidecar = Sidecar(
+    sidecar = parts.Sidecar(
         bootstrap, home / f"w{workers}", namespace, "s", workers=str(workers), **settings
     )
     sidecar.env |= {
@@ -132,20 +120,20 @@ def one_run(
         if caps.cores:
             for pid in sidecar.worker_pids():
                 caps.cap(pid)
-        time.sleep(SETTLE_S)
+        time.sleep(parts.SETTLE_S)
         idle = Phase(sidecar, folder)
         time.sleep(IDLE_S)
         idle_per_s = sum(idle.end(1, 0.0)["per_record"].values()) / IDLE_S
         buffer, log = sidecar.env["KPD_BUFFER_TOPIC"], sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
         target = create_topic(admin, f"bench-calls-t-{uuid.uuid4().hex[:6]}")
         ingest = Phase(sidecar, folder)
-        produce_fast(bootstrap, buffer, schedules(target, "i", n, now_ms() + 3_600_000))
-        rate = LogCount(bootstrap, log, "scheduled", target, n, 600).rate()
+        produce_fast(bootstrap, buffer, parts.schedules(target, "i", n, now_ms() + 3_600_000))
+        rate = parts.LogCount(bootstrap, log, "scheduled", target, n, 600).rate()
         result = {"idle_per_s": idle_per_s, "ingest": ingest.end(n, idle_per_s)}
         burst_target = create_target(admin, f"bench-calls-b-{uuid.uuid4().hex[:6]}")
         due = now_ms() + int(n / rate * 1500) + 8_000
-        produce_fast(bootstrap, buffer, schedules(burst_target, "b", n, due))
-        scheduled = LogCount(bootstrap, log, "scheduled", burst_target, n, 600)
+        produce_fast(bootstrap, buffer, parts.schedules(burst_target, "b", n, due))
+        scheduled = parts.LogCount(bootstrap, log, "scheduled", burst_target, n, 600)
         if scheduled.count != n or scheduled.last_ms >= due:
             raise RuntimeError("the burst was not all scheduled before its due time")
         # From before the due instant: the workers write their counts in turn, and with the
@@ -157,12 +145,12 @@ def one_run(
             raise RuntimeError(f"{len(rows)} of {n} delivered")
         result["burst"] = burst.end(n, idle_per_s)
         # Pop + ack at batch 100 from 4 client processes, over the shared port.
-        topic = create_topic(admin, f"bench-calls-p-{uuid.uuid4().hex[:6]}", SHARDS)
+        topic = create_topic(admin, f"bench-calls-p-{uuid.uuid4().hex[:6]}", parts.SHARDS)
         produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
         group = f"g-{uuid.uuid4().hex[:6]}"
-        n_pop = n - warm_up(sidecar.url, group, topic)
+        n_pop = n - parts.warm_up(sidecar.url, group, topic)
         pop = Phase(sidecar, folder)
-        acked, _ = pop_and_ack(sidecar.url, group, topic, n_pop)
+        acked, _ = parts.pop_and_ack(sidecar.url, group, topic, n_pop)
         if acked != n_pop:
             raise RuntimeError(f"{acked} of {n_pop} acked")
         result["pop"] = pop.end(acked, idle_per_s)
@@ -208,7 +196,7 @@ def report(runs: dict[int, dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=_numbers, default=[1, 2])
+    parser.add_argument("--workers", type=parts.number_list, default=[1, 2])
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument(
         "--worker-cpu",
@@ -220,7 +208,7 @@ def main() -> int:
     parser.add_argument(
         "--set",
         dest="setting",
-        type=_setting,
+        type=parts.kpd_setting,
         action="append",
         default=[],
         metavar="NAME=VALUE",
