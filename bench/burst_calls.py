@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import scale_parts as parts  # noqa: E402
 from bench.cpu_cap import CpuCaps  # noqa: E402
-from bench.delay import (  # noqa: E402
+from bench.delay_load import (  # noqa: E402
     create_target,
     create_topic,
     now_ms,

@@ -38,14 +38,14 @@ sys.path.insert(0, str(ROOT))  # before bench/: `revive` is kpd's package, not b
 
 from bench import broker_jit  # noqa: E402
 from bench.cpu_cap import CpuCaps  # noqa: E402
-from bench.delay import (  # noqa: E402  # noqa: E402
+from bench.delay_load import (  # noqa: E402
     create_target,
     create_topic,
     now_ms,
     produce_fast,
     read_deliveries,
-    warm_up_broker,
 )
+from bench.delay_phases import warm_up_broker  # noqa: E402
 from bench.scale_failover import failover, takeover  # noqa: E402
 from bench.scale_parts import (  # noqa: E402
     ANSWERED,
@@ -130,7 +130,7 @@ def one_run(
         result["burst_cpu"] = cpu1.split(CpuSnapshot.take(sidecar, broker), n)
         count, waited = (b - a for a, b in zip(commits0, sidecar.delay_commits(), strict=True))
         result["burst_commits"] = (
-            f"{count * 1000 / n:.1f} per 1,000, {waited / count * 1000:.1f} ms"
+            f"{count * 1000 / n:.1f} per 1,000, {waited / max(count, 1) * 1000:.1f} ms"
         )
         result["burst_share"] = LogCount(bootstrap, log, "delivered", burst_target, n, 120).nodes
         # Pop + ack at batch 100 from 4 client processes, over the shared port.

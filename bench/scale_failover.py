@@ -14,7 +14,7 @@ import numpy as np
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from bench.delay import (
+from bench.delay_load import (
     consumer,
     create_topic,
     now_ms,

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.delay import (
+from bench.delay_load import (
     consumer,
 )
 from devtools.local_sidecar import (
