@@ -18,7 +18,7 @@ Only some ids have their current state looked up, to know whether they were pend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 from confluent_kafka import Message
@@ -36,6 +36,9 @@ class ScheduleFollower:
         self._read_again = read_again  # offsets past where a reading starts that it may re-read
         self._started_at: dict[int, int] = {}  # partition -> the first offset this reading met
         self._past_start: set[int] = set()  # partitions read past those offsets
+        # Whether this reading has reached the topic's end (a standby's, once caught up): see
+        # `_states_before`. A leader's reading at its start never does.
+        self.at_head: Callable[[], bool] = lambda: False
 
     def apply_messages(self, batch: Batch, messages: Sequence[Message]) -> None:
         """Stage records read from the schedules topic (`StateFollower`'s applier)."""
@@ -80,6 +83,14 @@ class ScheduleFollower:
         no payload to read and decode: a standby's work per delivered record fell to 0.71-0.84x
         (BENCHMARKS.md, 2026-11-27 23:46). A cancel may follow an earlier cancel of its id (one
         that came ahead of the schedule), so its id is read whole, as are `maybe_known` ones.
+
+        Once the reading has reached the topic's end (`at_head`), a delivered id is taken as
+        pending without the read: its `scheduled` record is in the index already, or this
+        reading met it before the `delivered` one. Compaction takes a record only for a later
+        one of its id in a closed segment (1 GiB, or 7 days, by default), not for one written
+        since the reading caught up. Were it to happen anyway, the due entry's delete is blind
+        and harmless, and only the pending count (a metric) is off by one. The due keys' reads
+        were a fifth of a standby's thread in a burst (py-spy, BENCHMARKS.md 2026-11-27 23:46).
         """
         found: dict[str, Schedule | None] = {}
         by_due_key: list[Schedule] = []
@@ -97,7 +108,11 @@ class ScheduleFollower:
             found.update(zip(whole, self.index.get_many(whole), strict=True))
         if not by_due_key:
             return found
-        entries = self.index.pending_at(shard, [(r.due_ms, r.schedule_id) for r in by_due_key])
+        entries = (
+            [True] * len(by_due_key)
+            if self.at_head()
+            else self.index.pending_at(shard, [(r.due_ms, r.schedule_id) for r in by_due_key])
+        )
         for record, pending in zip(by_due_key, entries, strict=True):
             if pending:
                 found[record.schedule_id] = Schedule(

@@ -57,14 +57,16 @@ class ShardRoles:
     def standby(self, led: Shards, follow: Shards, health: LoopHealth) -> Standby:
         s, shards = self._settings, self._shards
         followed = self.schedules_kept(led, follow)
+        schedules = ScheduleFollower(self._delay.index)
         follower = StateFollower(
             self._delay.client_config,
             self._delay.store,
-            {s.state_topic("schedules"): ScheduleFollower(self._delay.index).apply_messages},
+            {s.state_topic("schedules"): schedules.apply_messages},
             # With "next", the API forwards calls about a schedule of a shard not followed here
             # to that shard's owner (`api.schedules.owner_of`).
             only=lambda _, partition: shards.of_partition(partition) in followed,
         )
+        schedules.at_head = lambda: follower.caught_up
         reader = PopStateReader(
             self._delay.client_config, s.state_topic("pop-state"), s.state_topic("pop-floor"),
             s.kafka_timeout_ms / 1000,

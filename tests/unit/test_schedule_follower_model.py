@@ -10,7 +10,9 @@ the first ones, or by a new one (a restart) that starts up to `read_again` recor
 position, as one does where a leader noted its position from some of its records only. Whatever
 the order, position, polls, compaction and restart, the index ends with each id's latest record
 as the topic holds it, a due entry for each id whose latest record is `scheduled`, and the
-pending count of those ids.
+pending count of those ids. The same holds for a reading that reaches the topic's end at some
+point and reads no due key after it (`at_head`), where compaction took only records that had a
+later one of their id before that end.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+import pytest
 from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -75,15 +78,17 @@ def message(index: ScheduleIndex, offset: Offset, record: Schedule) -> Message:
 
 
 def after_compaction(
-    records: list[Schedule], compacted: list[bool], start: int
+    records: list[Schedule], compacted: list[bool], start: int, end: int
 ) -> list[tuple[Offset, Schedule]]:
     """The records from `start` on that compaction left: not those flagged of an id that has a
-    later one."""
+    later one before `end` (compaction cleans closed segments only, not what was written since)."""
     return [
         (offset, record)
         for offset, (record, gone) in enumerate(zip(records, compacted, strict=True))
         if offset >= start
-        and not (gone and any(r.schedule_id == record.schedule_id for r in records[offset + 1 :]))
+        and not (
+            gone and any(r.schedule_id == record.schedule_id for r in records[offset + 1 : end])
+        )
     ]
 
 
@@ -93,10 +98,14 @@ def apply(store: Store, follower: ScheduleFollower, read: list[tuple[Offset, Sch
     store.write(batch)
 
 
+@pytest.mark.parametrize("reaches_head", [False, True])
 @settings(max_examples=400, deadline=None)
 @given(topics(), st.integers(0, 4), st.data())
 def test_the_index_ends_with_each_ids_latest_record(
-    topic: tuple[list[Schedule], int, list[bool], list[int]], read_again: int, data: st.DataObject
+    reaches_head: bool,
+    topic: tuple[list[Schedule], int, list[bool], list[int]],
+    read_again: int,
+    data: st.DataObject,
 ) -> None:
     records, position, compacted, polls = topic
     back = data.draw(st.integers(0, min(read_again, position)), "how far a restart starts back")
@@ -109,11 +118,17 @@ def test_the_index_ends_with_each_ids_latest_record(
             start = position
             if data.draw(st.booleans(), "restart"):
                 follower, start = ScheduleFollower(index, read_again), position - back
-            read = after_compaction(records, compacted, start)
-            for size in polls:  # at least one record each, so they cover every record
-                poll, read = read[:size], read[size:]
-                if poll:
-                    apply(store, follower, poll)
+            # Where the reading reaches the topic's end, as it was when the reading began.
+            end = data.draw(st.integers(start, len(records)), "end") if reaches_head else None
+            read = after_compaction(records, compacted, start, len(records) if end is None else end)
+            sizes = iter([*polls, *[1] * len(records)])  # enough for every record
+            while read:
+                if end is not None and read[0][0] >= end:
+                    follower.at_head = lambda: True
+                    end = None
+                poll = [r for r in read[: next(sizes)] if end is None or r[0] < end]
+                read = read[len(poll) :]
+                apply(store, follower, poll)
             latest = {record.schedule_id: record for record in records}
             for schedule_id, record in latest.items():
                 assert store.get("schedule", schedule_id.encode()) == record.encode()

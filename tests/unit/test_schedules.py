@@ -5,6 +5,7 @@ values refused, and how records are staged into RocksDB."""
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgpack
@@ -243,3 +244,43 @@ def test_schedules_are_invisible_to_the_garbage_collector() -> None:
     assert decoded.headers == (("h", b"1"),)
     assert not gc.is_tracked(decoded)
     assert not gc.is_tracked(decoded.settled(State.DELIVERED, DUE))
+
+
+class DueKeyReads(ScheduleIndex):
+    """An index that counts the due keys its followers read."""
+
+    reads: list[int]
+
+    def pending_at(self, shard: int, entries: Sequence[tuple[int, str]]) -> list[bool]:
+        self.reads.append(len(entries))
+        return super().pending_at(shard, entries)
+
+
+def test_a_follower_at_the_head_reads_no_due_key_for_a_delivered_record(tmp_path: Path) -> None:
+    """A standby's reading, once caught up, takes a delivered id as pending without reading its
+    due key (`ScheduleFollower._states_before`); before that, it reads them."""
+    store = Store(tmp_path / "db", ["schedule", "due"])
+    index = DueKeyReads(store, ShardMap(1, 1))
+    index.reads = []
+    records = [
+        Schedule(schedule_id=f"id-{n}", state=State.SCHEDULED, target="o", due_ms=DUE + n)
+        for n in range(4)
+    ]
+    follower = ScheduleFollower(index, read_again=0)
+    for record in records:
+        apply_one(store, follower, record)
+    done = [record.settled(State.DELIVERED, DUE + 9) for record in records]
+    apply_one(store, follower, done[0])
+    assert index.reads == [1] and index.count_pending() == 3
+    follower.at_head = lambda: True
+    for record in done[1:]:
+        apply_one(store, follower, record)
+    assert index.reads == [1]  # none since
+    assert index.count_pending() == 0 and list(index.due_between(0, 0, 2**62)) == []
+    assert [index.get(record.schedule_id) for record in records] == done
+
+
+def apply_one(store: Store, follower: ScheduleFollower, record: Schedule) -> None:
+    batch = store.batch()
+    follower.apply_messages(batch, [state_message(record.schedule_id, record.encode(), 0)])
+    store.write(batch)
