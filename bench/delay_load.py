@@ -1,6 +1,7 @@
 """The records `bench/delay.py` and `bench/scale.py` write and read: schedules on a buffer topic,
 targets with the broker's append time, deliveries read back with their lateness, and the raw
-consume->produce loop kpd is measured against."""
+consume->produce loop kpd is measured against. Its topics and clock (`create_topic`, `now_ms`)
+serve the pop benches too."""
 
 import itertools
 import threading

@@ -54,11 +54,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import broker_jit  # noqa: E402
+from bench.delay_load import create_topic  # noqa: E402
 from bench.pop_load import (  # noqa: E402
     PARTITIONS,
     VALUE_BYTES,
     Sidecar,
-    create_topic,
     produce_backlog,
     raw_consume,
 )
@@ -83,7 +83,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     home = Path(tempfile.mkdtemp(prefix="kpd-bench-pop-"))
     load_start = os.getloadavg()
     print(f"broker {bootstrap}; sidecar files in {home}; load average at start {load_start}")
-    topic = create_topic(admin, f"bench-pop-{uuid.uuid4().hex[:6]}")
+    topic = create_topic(admin, f"bench-pop-{uuid.uuid4().hex[:6]}", PARTITIONS)
     rate, _ = produce_backlog(bootstrap, topic, args.records)
     print(
         f"backlog: {args.records:,} records of {VALUE_BYTES} B value + 16 B key on {topic} "

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import broker_jit
 from devtools.local_sidecar import (
@@ -28,20 +27,11 @@ PARTITIONS = 3
 INVISIBLE_MS = 120_000  # longer than any phase: no lease expires while measuring
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-# -- Kafka helpers ---------------------------------------------------------------------------
-
-
-def create_topic(admin: AdminClient, name: str, partitions: int = PARTITIONS) -> str:
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
-    return name
+# -- Kafka helpers (topics: `bench.delay_load.create_topic`) ------------------------------------
 
 
 def produce_backlog(bootstrap: str, topic: str, n: int, **config: Any) -> tuple[float, Producer]:

@@ -23,13 +23,13 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from bench import call_time, gc_pauses
+from bench.delay_load import create_topic, now_ms
 from bench.pop_load import (
+    PARTITIONS,
     VALUE_BYTES,
     CpuMeter,
     Sidecar,
     ack,
-    create_topic,
-    now_ms,
     pct,
     pop,
     run_processes,
@@ -187,7 +187,7 @@ def pop_latency(sidecar: Sidecar, topic: str, batch: int, n: int, limit_s: float
 def produce_to_pop(
     bootstrap: str, admin: AdminClient, sidecar: Sidecar, n: int, limit_s: float
 ) -> dict:
-    topic = create_topic(admin, f"bench-p2p-{uuid.uuid4().hex[:6]}")
+    topic = create_topic(admin, f"bench-p2p-{uuid.uuid4().hex[:6]}", PARTITIONS)
     group = f"bench-p2p-{uuid.uuid4().hex[:6]}"
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     producer.produce(topic, b"warm", b"warm")

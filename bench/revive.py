@@ -20,7 +20,6 @@ settled for good. Printed:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import multiprocessing as mp
 import os
 import sys
@@ -37,16 +36,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import broker_jit  # noqa: E402
+from bench.delay_load import create_topic  # noqa: E402
 from bench.pop_load import (  # noqa: E402
+    PARTITIONS,
     Sidecar,
     ack,
-    create_topic,
     pct,
     pop,
     produce_backlog,
     run_processes,
 )
-from bench.share_groups import configure_share_group  # noqa: E402
+from bench.share_groups import configure_share_group, share_consumer  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 
 WARM_UP_ROUND_S = 10.0  # a round of kpd's phase in the broker's warm-up
@@ -101,45 +101,38 @@ def share_worker(
     out: Any,
 ) -> None:  # fmt: skip
     """RELEASE first deliveries, ACCEPT later ones; commit_sync every `batch` acknowledgements."""
-    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka import AcknowledgeType
 
     settled = pending = 0
     first = last = 0.0
-    error, consumer = None, None
+    error = None
     try:
-        consumer = ShareConsumer(
-            {"bootstrap.servers": bootstrap, "group.id": group,
-             "share.acknowledgement.mode": "explicit", "max.poll.records": batch, "log_level": 3}
-        )  # fmt: skip
-        consumer.subscribe([topic])
-        while time.time() < stop_at and done.value < target:
-            accepted = 0
-            for message in consumer.poll(0.5):
-                if message.error() is not None:
-                    continue
-                again = message.delivery_count() > 1
-                kind = AcknowledgeType.ACCEPT if again else AcknowledgeType.RELEASE
-                consumer.acknowledge(message, kind)
-                accepted += again
-                pending += 1
-                if pending >= batch:
+        with share_consumer(bootstrap, group, batch) as consumer:
+            consumer.subscribe([topic])
+            while time.time() < stop_at and done.value < target:
+                accepted = 0
+                for message in consumer.poll(0.5):
+                    if message.error() is not None:
+                        continue
+                    again = message.delivery_count() > 1
+                    kind = AcknowledgeType.ACCEPT if again else AcknowledgeType.RELEASE
+                    consumer.acknowledge(message, kind)
+                    accepted += again
+                    pending += 1
+                    if pending >= batch:
+                        consumer.commit_sync(30)
+                        pending = 0
+                if pending:
                     consumer.commit_sync(30)
                     pending = 0
-            if pending:
-                consumer.commit_sync(30)
-                pending = 0
-            if accepted:
-                settled += accepted
-                with done.get_lock():
-                    done.value += accepted
-                last = time.time()
-                first = first or last
+                if accepted:
+                    settled += accepted
+                    with done.get_lock():
+                        done.value += accepted
+                    last = time.time()
+                    first = first or last
     except Exception as exc:
         error = repr(exc)
-    finally:
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                consumer.close()
     out.put({"settled": settled, "first": first, "last": last, "error": error})
 
 
@@ -173,7 +166,7 @@ def warm_up(
     short = argparse.Namespace(**{**vars(args), "phase_s": WARM_UP_ROUND_S})
 
     def one_round() -> None:
-        topic = create_topic(admin, f"bench-revive-warm-{uuid.uuid4().hex[:6]}")
+        topic = create_topic(admin, f"bench-revive-warm-{uuid.uuid4().hex[:6]}", PARTITIONS)
         produce_backlog(bootstrap, topic, args.records)
         phase(ctx, kpd_worker, sidecar.url, f"{topic}-group", topic, short)
 
@@ -191,7 +184,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         if args.warm_up_s > 0 and broker is not None:
             warm = warm_up(ctx, admin, bootstrap, sidecar, broker, args)
             print(f"broker warm-up: {warm}", flush=True)
-        topic = create_topic(admin, f"bench-revive-{uuid.uuid4().hex[:6]}")
+        topic = create_topic(admin, f"bench-revive-{uuid.uuid4().hex[:6]}", PARTITIONS)
         produce_backlog(bootstrap, topic, args.records)
         group = f"bench-revive-{uuid.uuid4().hex[:6]}"
         before = sidecar.metrics()
@@ -214,7 +207,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         f"errors {kpd['errors']}",
         flush=True,
     )
-    topic = create_topic(admin, f"bench-revive-share-{uuid.uuid4().hex[:6]}")
+    topic = create_topic(admin, f"bench-revive-share-{uuid.uuid4().hex[:6]}", PARTITIONS)
     produce_backlog(bootstrap, topic, args.records)
     group = f"bench-revive-share-{uuid.uuid4().hex[:6]}"
     configure_share_group(admin, group)

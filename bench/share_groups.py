@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka.admin import (
     AdminClient,
@@ -17,9 +18,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from bench.delay_load import create_topic
 from bench.pop_load import (
+    PARTITIONS,
     CpuMeter,
-    create_topic,
     produce_backlog,
     run_processes,
 )
@@ -27,6 +29,31 @@ from bench.pop_load import (
 SHARE_BATCHES = (10, 100, 1000)
 WARM_UP_RECORDS = 3_000  # on a topic of their own, so every share group member gets some
 WARM_UP_LIMIT_S = 30.0
+
+if TYPE_CHECKING:
+    from confluent_kafka import ShareConsumer
+
+
+@contextlib.contextmanager
+def share_consumer(bootstrap: str, group: str, batch: int) -> Iterator[ShareConsumer]:
+    """A member of share group `group` that acknowledges explicitly and asks for `batch` records a
+    poll (best effort in librdkafka); closed after, whatever the close raises."""
+    from confluent_kafka import ShareConsumer
+
+    consumer = ShareConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "explicit",
+            "max.poll.records": batch,
+            "log_level": 3,
+        }
+    )
+    try:
+        yield consumer
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()
 
 
 def share_worker(
@@ -50,64 +77,51 @@ def share_worker(
     round trip per `batch` records, like a kpd ack call), since max.poll.records does not bound
     the poll size.
     """
-    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka import AcknowledgeType
 
     warm_topic, topic = topics
     accepted = polls = pending = 0
     first = last = cpu0 = cpu_last = 0.0
     error = None
-    consumer = None
     try:
-        consumer = ShareConsumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "share.acknowledgement.mode": "explicit",
-                "max.poll.records": batch,
-                "log_level": 3,
-            }
-        )
-        consumer.subscribe([warm_topic, topic])
-        idle_since = time.time()
-        while time.time() < stop_at and accepted_total.value < target:
-            polled_at = time.process_time()
-            messages = consumer.poll(0.5)
-            good = 0
-            for message in messages:
-                if message.error() is not None:
-                    continue
-                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
-                pending += 1
-                if message.topic() == warm_topic:
-                    ready[index] = 1
-                else:
-                    good += 1
-                if sync_commit and pending >= batch:
+        with share_consumer(bootstrap, group, batch) as consumer:
+            consumer.subscribe([warm_topic, topic])
+            idle_since = time.time()
+            while time.time() < stop_at and accepted_total.value < target:
+                polled_at = time.process_time()
+                messages = consumer.poll(0.5)
+                good = 0
+                for message in messages:
+                    if message.error() is not None:
+                        continue
+                    consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                    pending += 1
+                    if message.topic() == warm_topic:
+                        ready[index] = 1
+                    else:
+                        good += 1
+                    if sync_commit and pending >= batch:
+                        consumer.commit_sync(30)
+                        pending = 0
+                if sync_commit and pending:
                     consumer.commit_sync(30)
                     pending = 0
-            if sync_commit and pending:
-                consumer.commit_sync(30)
-                pending = 0
-            elif messages and not sync_commit:
-                consumer.commit_async()
-            if not good:
-                if accepted and time.time() - idle_since > 5:
-                    break  # backlog drained by the others
-                continue
-            now = time.time()
-            if not first:
-                first, cpu0 = now, polled_at
-            last, idle_since, cpu_last = now, now, time.process_time()
-            polls += 1
-            accepted += good
-            with accepted_total.get_lock():
-                accepted_total.value += good
+                elif messages and not sync_commit:
+                    consumer.commit_async()
+                if not good:
+                    if accepted and time.time() - idle_since > 5:
+                        break  # backlog drained by the others
+                    continue
+                now = time.time()
+                if not first:
+                    first, cpu0 = now, polled_at
+                last, idle_since, cpu_last = now, now, time.process_time()
+                polls += 1
+                accepted += good
+                with accepted_total.get_lock():
+                    accepted_total.value += good
     except Exception as exc:
         error = repr(exc)
-    finally:
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                consumer.close()
     out.put(
         {
             "accepted": accepted,
@@ -148,7 +162,10 @@ def share_throughput(
     limit_s: float,
 ) -> dict[str, Any]:
     name = f"bench-share-b{batch}-{'sync' if sync_commit else 'async'}-{uuid.uuid4().hex[:6]}"
-    warm, topic = create_topic(admin, f"{name}-warm"), create_topic(admin, name)
+    warm, topic = (
+        create_topic(admin, f"{name}-warm", PARTITIONS),
+        create_topic(admin, name, PARTITIONS),
+    )
     produce_backlog(bootstrap, warm, WARM_UP_RECORDS)
     _, held = produce_backlog(bootstrap, topic, target, **{"transactional.id": name})
     configure_share_group(admin, name)
