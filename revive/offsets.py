@@ -95,13 +95,22 @@ class OffsetCommitter:
         group: with no later record of the group (every message already acked), nothing else
         would move the group's offset, and its lag would stay for good.
         """
-        return {
-            group
-            for group, fetcher in fetchers.items()
-            for tp in fetcher.assignment
-            if (group, tp.topic, tp.partition) not in self._sent
-            and self._low_watermark(group, fetcher, tp.topic, tp.partition) is not None
-        }
+        groups = set()
+        for group, fetcher in fetchers.items():
+            for tp in fetcher.assignment:
+                sent = (group, tp.topic, tp.partition)
+                if sent in self._sent:
+                    continue
+                mark = self._low_watermark(group, fetcher, tp.topic, tp.partition)
+                if mark is None:
+                    continue
+                if mark == fetcher.committed.get((tp.topic, tp.partition)):
+                    # Kafka has it already: a restarted role sent it again, in a transaction of
+                    # its own, a second after its first pop (and a fence then failed that one).
+                    self._sent[sent] = mark
+                else:
+                    groups.add(group)
+        return groups
 
     def committed(self, fetchers: dict[str, GroupFetcher], key: LedgerKey) -> int:
         """The group's committed offset of a ledger's source partition, as far as this leader

@@ -57,6 +57,13 @@ def lags(kpd: KpdClient, group: str, topic: str) -> list[int]:
     return [partitions[p]["lag"] for p in sorted(partitions)]
 
 
+def committed(kpd: KpdClient, group: str, topic: str) -> list[int]:
+    """The group's committed offsets, per partition (negative: none committed yet, which a lag
+    of 0 does not tell apart from one committed at an empty partition's end)."""
+    partitions = kpd.group(group)["topics"][topic]["partitions"]
+    return [partitions[p]["committed"] for p in sorted(partitions)]
+
+
 class Popper:
     """Pops over HTTP one call at a time (no retries), acking what it leased, and counting the
     calls: the worker's pop router asks its shards in an order that turns with each call of the
@@ -119,6 +126,11 @@ def test_a_pop_keeps_what_one_shard_leased_when_another_shard_fails(
             producer.flush(10)
             ready = lambda: kpd.group(group)["topics"][topic]["available"] == 2  # noqa: E731
             wait_for(ready, 30, "this round's message ready on each shard")
+            # A new group's first offsets go out a second after its lanes first fetched a record,
+            # in a transaction of their own: round 1's fence failed that one, before the pop came
+            # (a fresh clone's run, stop 48).
+            at_ends = lambda n=n: committed(kpd, group, topic) == [n, n]  # noqa: E731
+            wait_for(at_ends, 30, "the group's offsets committed at the partitions' ends")
             started = starts_of_shard_1(sidecar)
             fence_pop_role(sidecar, kafka_bootstrap, 1)
             answers.append(popper.pop())

@@ -1,8 +1,16 @@
-"""When a pop leader sends a group's committed offsets (`revive.offsets.SendTimes`)."""
+"""When a pop leader sends a group's committed offsets (`revive.offsets.SendTimes`), and which
+groups it sends at once because it never sent them (`OffsetCommitter.unsent`)."""
 
 from __future__ import annotations
 
-from revive.offsets import SendTimes
+from typing import cast
+
+from confluent_kafka import TopicPartition
+
+from foundation.shards import ShardMap
+from revive.fetcher import GroupFetcher
+from revive.offsets import OffsetCommitter, SendTimes
+from revive.pop_state import PopState
 
 
 class Clock:
@@ -71,3 +79,30 @@ def test_nothing_touched_is_never_due() -> None:
     assert times.take_due() == set()
     times.touch({"a"})
     assert times.take_due() == {"a"}  # an interval of 0: due at once
+
+
+class Fetcher:
+    """A group's fetcher as `unsent` sees it: one partition, where its next record to hand out
+    is (-1: none fetched), and the offset the group had committed when it was assigned."""
+
+    def __init__(self, cursor: int, committed: int) -> None:
+        self.assignment = [TopicPartition("orders", 0)]
+        self.committed = {("orders", 0): committed}
+        self._cursor = cursor
+
+    def cursor(self, topic: str, partition: int) -> int:
+        return self._cursor
+
+
+def unsent(**fetchers: Fetcher) -> set[str]:
+    committer = OffsetCommitter(PopState(ShardMap(1, 1)))
+    return committer.unsent(cast(dict[str, GroupFetcher], fetchers))
+
+
+def test_a_watermark_the_group_has_committed_already_is_not_sent_again() -> None:
+    # A role restarted with a record waiting at the group's committed offset sent that offset
+    # again, in a transaction of its own; a fence meanwhile failed it with no call to blame.
+    assert unsent(restarted=Fetcher(cursor=7, committed=7)) == set()
+    assert unsent(took_over=Fetcher(cursor=9, committed=7)) == {"took_over"}
+    assert unsent(new=Fetcher(cursor=0, committed=-1001)) == {"new"}  # none committed yet
+    assert unsent(idle=Fetcher(cursor=-1, committed=7)) == set()  # nothing fetched: no mark
