@@ -38,8 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from baseline import module_at  # noqa: E402
-
+from bench.baseline import module_at  # noqa: E402
 from delay_service import timing_wheel  # noqa: E402
 
 BASELINE_COMMIT = "d1fecfe0aca3ea8b917a82965948fa6c9ac0d39f"

@@ -199,6 +199,31 @@ class ScheduleIndex:
             batch.put(SCHEDULE_CF, _pending_key(shard), pending.to_bytes(8, "big", signed=True))
         return applied
 
+    def stage_followed(
+        self, batch: Batch, shard: int, records: Sequence[Schedule], encoded: Sequence[bytes]
+    ) -> None:
+        """`stage` for a reading at the topic's head whose records are each a new id's
+        `scheduled` one or a pending id's `delivered` one (`ScheduleFollower`): no state to look
+        up or compare, only the writes. A second `delivered` of an id in the same poll changes
+        nothing, as in `stage`."""
+        pending = self.count_pending(shard)
+        delivered: set[str] = set()
+        for record, value in zip(records, encoded, strict=True):
+            sid = record.schedule_id
+            key = due_key(shard, record.due_ms, sid)
+            if record.state is State.SCHEDULED:
+                batch.put(DUE_CF, key, b"")
+                pending += 1
+            elif sid in delivered:
+                continue
+            else:
+                delivered.add(sid)
+                batch.delete(DUE_CF, key)
+                pending -= 1
+            batch.put(SCHEDULE_CF, sid.encode(), value)
+        if records:
+            batch.put(SCHEDULE_CF, _pending_key(shard), pending.to_bytes(8, "big", signed=True))
+
     def pending_at(self, shard: int, entries: Sequence[tuple[int, str]]) -> list[bool]:
         """Whether each (due_ms, id) of `shard` has its due entry: one multi-get."""
         keys = [due_key(shard, due_ms, schedule_id) for due_ms, schedule_id in entries]

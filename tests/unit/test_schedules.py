@@ -284,3 +284,26 @@ def apply_one(store: Store, follower: ScheduleFollower, record: Schedule) -> Non
     batch = store.batch()
     follower.apply_messages(batch, [state_message(record.schedule_id, record.encode(), 0)])
     store.write(batch)
+
+
+def test_a_follower_at_the_head_counts_a_delivery_repeated_in_one_poll_once(
+    tmp_path: Path,
+) -> None:
+    """The head's fast path (`ScheduleIndex.stage_followed`) writes without looking up states:
+    a `delivered` record of an id met twice in one poll, which no leader writes but a foreign
+    writer could, still leaves the pending count as `stage` would."""
+    store = Store(tmp_path / "db", ["schedule", "due"])
+    index = ScheduleIndex(store, ShardMap(1, 1))
+    follower = ScheduleFollower(index, read_again=0)
+    follower.at_head = lambda: True
+    first = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE)
+    other = Schedule(schedule_id="b", state=State.SCHEDULED, target="o", due_ms=DUE + 1)
+    done = first.settled(State.DELIVERED, DUE + 9)
+    polls = [[first], [other, done, done]]
+    for poll in polls:
+        batch = store.batch()
+        follower.apply_messages(batch, [state_message(r.schedule_id, r.encode(), 0) for r in poll])
+        store.write(batch)
+    assert index.count_pending() == 1
+    assert list(index.due_between(0, 0, 2**62)) == [(DUE + 1, "b")]
+    assert index.get("a") == done
