@@ -13,8 +13,8 @@ from delay_service.step import Step
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.delivery_log import Event
+from foundation.refusals import RecordsRefused
 from foundation.topics import TopicCache
-from foundation.transactions import RecordsRefused
 
 
 class Dispatch:

@@ -45,11 +45,12 @@ from foundation.clock import now_ms
 from foundation.config import Settings
 from foundation.kafka_clients import transactional_producer
 from foundation.producers_in_turn import ProducersInTurn
+from foundation.refusals import RecordsRefused, RefusalUnknown
 from foundation.state_follower import StateFollower
 from foundation.store import Store
 from foundation.supervision import LoopHealth, StopRequested
 from foundation.topics import TopicCache, message_limit_of
-from foundation.transactions import RecordsRefused, RefusalUnknown, Transaction
+from foundation.transactions import Transaction
 
 log = structlog.get_logger(__name__)
 

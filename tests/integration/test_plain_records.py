@@ -12,7 +12,8 @@ from kafka_helpers import TopicReader
 from foundation.kafka_clients import transactional_producer
 from foundation.plain_records import SEND_EVERY
 from foundation.producers_in_turn import ProducersInTurn
-from foundation.transactions import RecordsRefused, Transaction
+from foundation.refusals import RecordsRefused
+from foundation.transactions import Transaction
 
 LIMIT = 2_000  # the topic's max.message.bytes
 

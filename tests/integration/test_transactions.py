@@ -13,8 +13,9 @@ from kafka_helpers import TopicReader, unique
 
 from foundation.kafka_clients import transactional_producer
 from foundation.producers_in_turn import ProducersInTurn
+from foundation.refusals import RecordsRefused, RefusalUnknown
 from foundation.supervision import LoopHealth, StopRequested
-from foundation.transactions import RecordsRefused, RefusalUnknown, Transaction
+from foundation.transactions import Transaction
 
 LIMIT = 2_000  # the topic's max.message.bytes: the broker refuses bigger batches
 
