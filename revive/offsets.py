@@ -89,7 +89,9 @@ class OffsetCommitter:
         self._times = SendTimes()
 
     def unsent(self, fetchers: dict[str, GroupFetcher]) -> set[str]:
-        """Groups with a partition whose watermark this leader has not committed yet.
+        """Groups with a partition whose watermark this leader has not committed yet. A
+        watermark the group's fetcher found committed when it was assigned counts as sent from
+        then on.
 
         A leader that took over may have recovered acks its predecessor never committed to the
         group: with no later record of the group (every message already acked), nothing else
