@@ -42,6 +42,10 @@ class Refusal:
     code: int
     size: int  # key + value + headers of the refused record
 
+    @classmethod
+    def of(cls, topic: str, error: KafkaError, size: int) -> Refusal:
+        return cls(f"cannot write to {topic!r}: {error.str()}", topic, error.code(), size)
+
 
 class RecordsRefused(Exception):
     """The broker (or the client) refused these tagged records; the transaction was aborted."""
@@ -83,7 +87,3 @@ class RecordsRefused(Exception):
 class RefusalUnknown(Exception):
     """The transaction failed and was aborted while its tagged records went untracked: redo the
     step tracked to learn which record, if any, the broker refused."""
-
-
-def reason_for(topic: str, error: KafkaError) -> str:
-    return f"cannot write to {topic!r}: {error.str()}"

@@ -29,7 +29,6 @@ from foundation.refusals import (
     RecordsRefused,
     Refusal,
     RefusalUnknown,
-    reason_for,
 )
 
 FLUSH_SLICE_S = 0.05  # a commit's wait for delivery reports looks this often for a refusal
@@ -115,7 +114,7 @@ class Transaction:
                 if tag is None or error.code() not in VERDICTS:
                     raise
                 size = record_bytes(key if isinstance(key, bytes) else None, value, [])
-                refusal = Refusal(reason_for(topic, error), topic, error.code(), size)
+                refusal = Refusal.of(topic, error, size)
                 raise RecordsRefused({tag: refusal}) from None
 
     def add(
@@ -230,7 +229,7 @@ class Transaction:
                 if tag is not None and error.code() in VERDICTS:
                     topic = message.topic()
                     size = record_bytes(message.key(), message.value(), message.headers() or [])
-                    self.refused[tag] = Refusal(reason_for(topic, error), topic, error.code(), size)
+                    self.refused[tag] = Refusal.of(topic, error, size)
                 elif self._failure is None:
                     self._failure = error
             if then is not None:

@@ -52,16 +52,11 @@ def starts_of_shard_1(sidecar) -> int:
     return sum("pop service started" in line and "shard=1" in line for line in lines)
 
 
-def lags(kpd: KpdClient, group: str, topic: str) -> list[int]:
+def per_partition(kpd: KpdClient, group: str, topic: str, field: str) -> list[int]:
+    """One field of the group's stats per partition: `lag`, or `committed` (negative: none
+    committed yet, which a lag of 0 does not tell apart from one at an empty partition's end)."""
     partitions = kpd.group(group)["topics"][topic]["partitions"]
-    return [partitions[p]["lag"] for p in sorted(partitions)]
-
-
-def committed(kpd: KpdClient, group: str, topic: str) -> list[int]:
-    """The group's committed offsets, per partition (negative: none committed yet, which a lag
-    of 0 does not tell apart from one committed at an empty partition's end)."""
-    partitions = kpd.group(group)["topics"][topic]["partitions"]
-    return [partitions[p]["committed"] for p in sorted(partitions)]
+    return [partitions[p][field] for p in sorted(partitions)]
 
 
 class Popper:
@@ -110,11 +105,12 @@ def test_a_pop_keeps_what_one_shard_leased_when_another_shard_fails(
     answers: list[int] = []
     with sidecar.client() as http, KpdClient(sidecar.url) as kpd:
         popper = Popper(http, kpd, group, topic)
+        lags = lambda: per_partition(kpd, group, topic, "lag")  # noqa: E731
         for n in range(ROUNDS):
             # Until a call leases nothing, every shard asked (each knows the topic), and the acks'
             # offsets and the replay floor are committed: an idle pop role then commits nothing
             # on its own, and the fenced one fails at the pop's lease, not before it.
-            idle = lambda: popper.pop() == 204 and lags(kpd, group, topic) == [0, 0]  # noqa: E731
+            idle = lambda: popper.pop() == 204 and lags() == [0, 0]  # noqa: E731
             wait_for(idle, 30, "everything acked and committed")
             floor = lambda: floor_at_end(sidecar, admin, kafka_bootstrap, 1)  # noqa: E731
             wait_for(floor, 30, "shard 1's replay floor past all it wrote")
@@ -129,7 +125,7 @@ def test_a_pop_keeps_what_one_shard_leased_when_another_shard_fails(
             # A new group's first offsets go out a second after its lanes first fetched a record,
             # in a transaction of their own: round 1's fence failed that one, before the pop came
             # (a fresh clone's run, stop 48).
-            at_ends = lambda n=n: committed(kpd, group, topic) == [n, n]  # noqa: E731
+            at_ends = lambda n=n: per_partition(kpd, group, topic, "committed") == [n, n]  # noqa: E731
             wait_for(at_ends, 30, "the group's offsets committed at the partitions' ends")
             started = starts_of_shard_1(sidecar)
             fence_pop_role(sidecar, kafka_bootstrap, 1)
@@ -175,7 +171,8 @@ def test_an_ack_across_shards_settles_the_receipts_of_the_shards_that_answer(
                 wait_for(acked, 30, "shard 1's receipt acked once its role is back")
             else:  # a client (sync, async): shard 1's receipt sent again by itself, until acked
                 assert results[1]["status"] == "acked"
-            wait_for(lambda: lags(kpd, group, topic) == [0, 0], 30, "both acks committed")
+            acks_committed = lambda: per_partition(kpd, group, topic, "lag") == [0, 0]  # noqa: E731
+            wait_for(acks_committed, 30, "both acks committed")
 
 
 def pop_until(kpd: KpdClient, group: str, topic: str, count: int) -> list[PoppedMessage]:
