@@ -262,7 +262,7 @@ async def _send(
                 status="enqueued", partition=sent.partition(), offset=sent.offset()
             )
         assert schedule_id is not None  # given with every due time
-        existing = node.schedules.get(schedule_id)
+        existing = node.schedules.find(schedule_id)
         if existing is not None:  # idempotent: the first schedule with this id stands
             return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=existing.due_ms)
         control = [

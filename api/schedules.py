@@ -84,7 +84,7 @@ def owner_elsewhere(node: Node, shard: int) -> str | None:
 
 
 def _found(node: Node, schedule_id: str) -> Schedule:
-    schedule = node.schedules.get(schedule_id)
+    schedule = node.schedules.find(schedule_id)
     if schedule is None:
         raise Problem(404, "schedule_not_found", f"no schedule with id {schedule_id!r}")
     return schedule
@@ -161,7 +161,7 @@ async def wait_for_schedule(
     with node.index_writes.waiting() as written:
         while True:
             written.clear()  # before the look: a write after it wakes the wait below
-            schedule = node.schedules.get(schedule_id)
+            schedule = node.schedules.find(schedule_id)
             left = deadline - time.monotonic()
             if done(schedule) or left < 0:
                 return schedule

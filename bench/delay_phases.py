@@ -176,7 +176,7 @@ def rebuild(bootstrap: str, sidecar: Sidecar, restart_s: float) -> str:
     member does that takes over shards it did not follow (README, KPD_STANDBY_SCHEDULES). The
     rate counts the records between each partition's start and end offsets (compaction may have
     removed some), over the time beyond a restart's."""
-    shutil.rmtree(sidecar.data_dir / "rocksdb")
+    shutil.rmtree(sidecar.data_dir / "shards")
     topic = f"{sidecar.env['KPD_STATE_TOPIC_PREFIX']}schedules"
     probe = consumer(bootstrap, topic)
     try:

@@ -58,7 +58,8 @@ class DueWindow:
     def _hold(self, ids: list[str]) -> None:
         """Hold the schedules that just entered the window, until the budget is spent."""
         for start in range(0, len(ids), PAYLOAD_READ_CHUNK):
-            for schedule in self._index.get_many(ids[start : start + PAYLOAD_READ_CHUNK]):
+            chunk = ids[start : start + PAYLOAD_READ_CHUNK]
+            for schedule in self._index.get_many(self._shard, chunk):
                 if schedule is None or schedule.state is not State.SCHEDULED:
                     continue  # the due family lists pending ids only: a guard, not a case
                 if not self.payloads.hold(schedule):

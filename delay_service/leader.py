@@ -47,7 +47,6 @@ from foundation.kafka_clients import transactional_producer
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.refusals import RecordsRefused, RefusalUnknown
 from foundation.state_follower import StateFollower
-from foundation.store import Store
 from foundation.supervision import LoopHealth, StopRequested
 from foundation.topics import TopicCache, message_limit_of
 from foundation.transactions import Transaction
@@ -76,8 +75,7 @@ class DelayDeps:
     """What every shard's delay leader of one process shares."""
 
     settings: Settings
-    store: Store
-    index: ScheduleIndex
+    index: ScheduleIndex  # and through it each shard's store
     client_config: dict[str, Any]
     producer_config: dict[str, Any]
     kpd_topics: frozenset[str]  # delivering into kpd's own topics would corrupt them
@@ -91,7 +89,8 @@ class DelayLeader:
     ) -> None:
         settings = deps.settings
         self.shard = shard
-        self._deps, self._store, self._index = deps, deps.store, deps.index
+        self._deps, self._index = deps, deps.index
+        self._store = deps.index.store(shard)  # this shard's schedules
         self._admin = AdminClient(deps.client_config)  # asks a refusing topic for its limit
         self._health = health
         self._buffer, self._inbox = settings.buffer_topic, settings.state_topic("delay-inbox")
@@ -124,7 +123,7 @@ class DelayLeader:
         # tracked for a while, so the redo that meets the refused record again names it.
         self._tracked_until = 0.0
         self._handing_over, self._probed_at = False, 0.0  # see hand_over
-        self._writes = StepWrites(settings, self._index, self._due.payloads, self._refused)
+        self._writes = StepWrites(settings, self._index, shard, self._due.payloads, self._refused)
         timers = (self._due.add, self._wheel.remove)
         route = Route(shard, self._index.shards, self._inbox)
         self._ingest = Ingest(self._writes, limits, topics, health, timers, route)
@@ -140,7 +139,7 @@ class DelayLeader:
         shards = self._index.shards
         follower = StateFollower(
             self._deps.client_config,
-            self._store,
+            self._index.partition_store,
             {self._writes.schedules_topic: ScheduleFollower(self._index).apply_messages},
             only=lambda _, partition: shards.of_partition(partition) == self.shard,
             # At the end of a partition a fetch waits for new records (500 ms by default): the

@@ -41,7 +41,8 @@ class ScheduleFollower:
         self.at_head: Callable[[], bool] = lambda: False
 
     def apply_messages(self, batch: Batch, messages: Sequence[Message]) -> None:
-        """Stage records read from the schedules topic (`StateFollower`'s applier)."""
+        """Stage records read from the schedules topic (`StateFollower`'s applier): those of the
+        partitions of `batch`'s store, one shard's."""
         by_shard: dict[int, tuple[list[Schedule], list[bytes], set[str]]] = {}
         for message in messages:
             value = message.value()
@@ -114,7 +115,7 @@ class ScheduleFollower:
             elif record.state is State.DELIVERED:
                 by_due_key.append(record)
         if whole:
-            found.update(zip(whole, self.index.get_many(whole), strict=True))
+            found.update(zip(whole, self.index.get_many(shard, whole), strict=True))
         if not by_due_key:
             return found
         entries = (

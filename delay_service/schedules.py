@@ -7,15 +7,16 @@ The compacted schedules topic (key = schedule id) is the truth. Each value is on
 Delivered and cancelled are terminal: applying an older `scheduled` record after them changes
 nothing, so re-reading the topic (restart, failover, rebuild) is always safe.
 
-RocksDB column families:
+RocksDB: one store per shard (`foundation.store.ShardStores`), holding that shard's ids in the
+column families
   schedule  id -> the latest state record (as in the topic)
   due       shard (2 bytes) + due_ms (8 bytes), big endian, + id -> b""   only `scheduled` ones,
-            ordered by time within each shard (a leader scans only its shards)
+            ordered by time
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 
 import msgspec
@@ -29,7 +30,7 @@ SCHEDULE_CF = "schedule"
 PENDING_COUNT_KEY = b"\x00pending"
 # The index layout and shard count it was built for; another one is cleared and rebuilt.
 FORMAT_KEY = b"\x00format"
-FORMAT = b"2"
+FORMAT = b"3"
 DUE_CF = "due"
 COLUMN_FAMILIES = (SCHEDULE_CF, DUE_CF)
 
@@ -133,31 +134,47 @@ def _pending_key(shard: int) -> bytes:
 
 
 class ScheduleIndex:
-    """Reads and idempotent writes of schedule state in RocksDB, due times kept per shard."""
+    """Reads and idempotent writes of schedule state in RocksDB, a store per shard. Each call
+    names the shard of its ids (`ShardMap.of_key`): the callers on a shard's paths know it."""
 
-    def __init__(self, store: Store, shard_map: ShardMap) -> None:
-        self._store = store
+    def __init__(self, store_of: Callable[[int], Store], shard_map: ShardMap) -> None:
+        self._store_of = store_of  # a shard's store (`ShardStores.of`)
         self.shards = shard_map
 
-    def ensure_format(self, offsets_cf: str, schedules_topic: str) -> bool:
-        """Clear an index of another layout (it is rebuilt from Kafka); True if it did."""
-        found = self._store.get(SCHEDULE_CF, FORMAT_KEY)
-        wanted = FORMAT + self.shards.shards.to_bytes(2, "big")
-        if found == wanted:
-            return False
-        self._store.clear([SCHEDULE_CF, DUE_CF])
-        self._store.clear_prefix(offsets_cf, f"{schedules_topic}:".encode())
-        batch = self._store.batch()
-        batch.put(SCHEDULE_CF, FORMAT_KEY, wanted)
-        self._store.write(batch)
-        return True
+    def store(self, shard: int) -> Store:
+        """The store of `shard`'s schedules (a batch for `stage` comes from it)."""
+        return self._store_of(shard)
 
-    def get(self, schedule_id: str) -> Schedule | None:
-        data = self._store.get(SCHEDULE_CF, schedule_id.encode())
+    def partition_store(self, _topic: str, partition: int) -> Store:
+        """The store of a schedules-topic partition's shard (a `StateFollower`'s `store_of`)."""
+        return self._store_of(self.shards.of_partition(partition))
+
+    def ensure_format(self, offsets_cf: str, schedules_topic: str) -> bool:
+        """Clear each shard's index of another layout (it is rebuilt from Kafka); True if any."""
+        wanted = FORMAT + self.shards.shards.to_bytes(2, "big")
+        cleared = False
+        for shard in range(self.shards.shards):
+            store = self.store(shard)
+            if store.get(SCHEDULE_CF, FORMAT_KEY) == wanted:
+                continue
+            store.clear([SCHEDULE_CF, DUE_CF])
+            store.clear_prefix(offsets_cf, f"{schedules_topic}:".encode())
+            batch = store.batch()
+            batch.put(SCHEDULE_CF, FORMAT_KEY, wanted)
+            store.write(batch)
+            cleared = True
+        return cleared
+
+    def get(self, shard: int, schedule_id: str) -> Schedule | None:
+        data = self.store(shard).get(SCHEDULE_CF, schedule_id.encode())
         return None if data is None else Schedule.decode(schedule_id, data)
 
-    def get_many(self, schedule_ids: list[str]) -> list[Schedule | None]:
-        found = self._store.get_many(SCHEDULE_CF, [sid.encode() for sid in schedule_ids])
+    def find(self, schedule_id: str) -> Schedule | None:
+        """`get` for a caller that has only the id (the API): its shard is the id's."""
+        return self.get(self.shards.of_key(schedule_id), schedule_id)
+
+    def get_many(self, shard: int, schedule_ids: list[str]) -> list[Schedule | None]:
+        found = self.store(shard).get_many(SCHEDULE_CF, [sid.encode() for sid in schedule_ids])
         return [
             None if data is None else Schedule.decode(sid, data)
             for sid, data in zip(schedule_ids, found, strict=True)
@@ -183,7 +200,7 @@ class ScheduleIndex:
         pending = self.count_pending(shard)
         for record, value in zip(records, encoded, strict=True):
             sid = record.schedule_id
-            current = staged[sid] if sid in staged else self.get(sid)
+            current = staged[sid] if sid in staged else self.get(shard, sid)
             if current is not None and not _moves_forward(current, record):
                 continue
             if current is not None and current.state is State.SCHEDULED:
@@ -227,13 +244,13 @@ class ScheduleIndex:
     def pending_at(self, shard: int, entries: Sequence[tuple[int, str]]) -> list[bool]:
         """Whether each (due_ms, id) of `shard` has its due entry: one multi-get."""
         keys = [due_key(shard, due_ms, schedule_id) for due_ms, schedule_id in entries]
-        return [entry is not None for entry in self._store.get_many(DUE_CF, keys)]
+        return [entry is not None for entry in self.store(shard).get_many(DUE_CF, keys)]
 
     def due_between(self, shard: int, start_ms: int, stop_ms: int) -> Iterator[tuple[int, str]]:
         """(due_ms, id) of `shard`'s pending schedules with start <= due < stop, in due order."""
         prefix = shard.to_bytes(2, "big")
         start = prefix + max(start_ms, 0).to_bytes(8, "big")
-        for key, _ in self._store.scan(DUE_CF, start, prefix + stop_ms.to_bytes(8, "big")):
+        for key, _ in self.store(shard).scan(DUE_CF, start, prefix + stop_ms.to_bytes(8, "big")):
             yield int.from_bytes(key[2:10], "big"), key[10:].decode()
 
     def count_pending(self, shard: int | None = None) -> int:
@@ -241,6 +258,6 @@ class ScheduleIndex:
         shards = range(self.shards.shards) if shard is None else [shard]
         total = 0
         for one in shards:
-            data = self._store.get(SCHEDULE_CF, _pending_key(one))
+            data = self.store(one).get(SCHEDULE_CF, _pending_key(one))
             total += 0 if data is None else int.from_bytes(data, "big", signed=True)
         return total

@@ -33,10 +33,11 @@ class StepWrites:
         self,
         settings: Settings,
         index: ScheduleIndex,
+        shard: int,
         window: WindowPayloads,
         refused: dict[Hashable, str],
     ) -> None:
-        self.index, self.window = index, window
+        self.index, self.shard, self.window = index, shard, window
         self.schedules_topic = settings.state_topic("schedules")
         self._log_topic = settings.delivery_log_topic
         self._invalid_topic = settings.invalid_topic
@@ -60,7 +61,7 @@ class StepWrites:
             # Only this shard's leader writes its ids, so the index cannot change under the step.
             found = self.window.get(schedule_id)
             if found is None:
-                found = self.index.get(schedule_id)
+                found = self.index.get(self.shard, schedule_id)
                 step.index_reads += 1
             step.found[schedule_id] = found
         return step.found[schedule_id]

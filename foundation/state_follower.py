@@ -5,8 +5,9 @@ runs `catch_up()` once, after fencing the old one, so it starts from everything 
 committed (and `approach()` before the fence, while the old leader still delivers, so little is
 left to read after it). Reads are `read_committed`: aborted writes of a crashed leader never
 reach the index.
-The next offset per partition is stored in the same RocksDB batch as the state it produced, so a
-restart resumes exactly where the index stands.
+The next offset per partition is stored in the same RocksDB batch as the state it produced (in
+the partition's store: a shard's partitions have the shard's), so a restart resumes exactly where
+the index stands.
 """
 
 from __future__ import annotations
@@ -24,19 +25,21 @@ from foundation.store import Batch, Store
 log = structlog.get_logger(__name__)
 
 OFFSETS_CF = "offsets"
-Applier = Callable[[Batch, Sequence[Message]], None]
+Applier = Callable[[Batch, Sequence[Message]], None]  # records of one store, into its batch
+StoreOf = Callable[[str, int], Store]  # the store of a (topic, partition)
 
 
 class StateFollower:
     def __init__(
         self,
         client_config: dict[str, Any],
-        store: Store,
+        store_of: StoreOf,
         appliers: dict[str, Applier],
         only: Callable[[str, int], bool] = lambda topic, partition: True,
         consumer_overrides: dict[str, Any] | None = None,
     ) -> None:
-        self._store = store
+        self._store_of = store_of
+        self._written: dict[tuple[str, int], int] = {}  # positions stored, not to store again
         self._appliers = appliers
         self.only = only  # which (topic, partition) to follow: a shard's, or those not led here
         self._consumer = state_consumer(
@@ -60,16 +63,15 @@ class StateFollower:
         """Apply what arrives within `timeout_s`; return how many records were applied."""
         messages = consume_ready(self._consumer, 2000, timeout_s)
         records = [m for m in messages if m.error() is None]
-        batch = self._store.batch()
-        by_topic: dict[str, list[Message]] = {}
-        for message in records:
-            by_topic.setdefault(message.topic(), []).append(message)
-        for topic, topic_messages in by_topic.items():
-            self._appliers[topic](batch, topic_messages)
+        batches = stage_by_store(self._store_of, self._appliers, records)
         for tp in self._consumer.position(self._assignment):
-            if tp.offset >= 0:
-                stage_position(batch, tp.topic, tp.partition, tp.offset)
-        self._store.write(batch)
+            place = (tp.topic, tp.partition)
+            if tp.offset >= 0 and self._written.get(place) != tp.offset:
+                store = self._store_of(*place)
+                stage_position(batches.setdefault(store, store.batch()), *place, tp.offset)
+                self._written[place] = tp.offset
+        for store, batch in batches.items():
+            store.write(batch)
         return len(records)
 
     def catch_up(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
@@ -116,8 +118,24 @@ class StateFollower:
         self._consumer.close()
 
     def _stored_offset(self, topic: str, partition: int) -> int:
-        data = self._store.get(OFFSETS_CF, _offset_key(topic, partition))
+        data = self._store_of(topic, partition).get(OFFSETS_CF, _offset_key(topic, partition))
         return OFFSET_BEGINNING if data is None else int.from_bytes(data, "big")
+
+
+def stage_by_store(
+    store_of: StoreOf, appliers: dict[str, Applier], records: Sequence[Message]
+) -> dict[Store, Batch]:
+    """Stage `records` into a batch per store: each applier call gets one topic's records of
+    one store, so its batch holds only writes of that store's shard."""
+    batches: dict[Store, Batch] = {}
+    groups: dict[tuple[str, Store], list[Message]] = {}
+    for message in records:
+        topic: str = message.topic()  # type: ignore[assignment]
+        store = store_of(topic, message.partition())  # type: ignore[arg-type]
+        groups.setdefault((topic, store), []).append(message)
+    for (topic, store), group in groups.items():
+        appliers[topic](batches.setdefault(store, store.batch()), group)
+    return batches
 
 
 def _offset_key(topic: str, partition: int) -> bytes:

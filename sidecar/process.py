@@ -34,7 +34,7 @@ from foundation.kafka_probe import KafkaProbe
 from foundation.memory_trim import MemoryTrim
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF
-from foundation.store import Store
+from foundation.store import shard_stores
 from foundation.supervision import Watchdog
 from foundation.topics import TopicCache
 from revive.arrivals import ArrivalWatch
@@ -71,16 +71,16 @@ class Sidecar:
         self.producer_config = producer_config(settings)
         self.admin = admin_client(settings)
         self.probe = KafkaProbe(self.admin)
-        self.store = Store(settings.state_dir / "rocksdb", [*SCHEDULE_CFS, OFFSETS_CF])
+        self.stores = shard_stores(settings.state_dir, [*SCHEDULE_CFS, OFFSETS_CF])
         self.shard_map = ShardMap(1, 1)  # until the topics say how many shards there are
-        self.schedules = ScheduleIndex(self.store, self.shard_map)
+        self.schedules = ScheduleIndex(self.stores.of, self.shard_map)
         self.api_producer = AsyncProducer(self.producer_config)
         self.topic_cache = TopicCache(self.api_producer, settings.kafka_timeout_ms / 1000)
         self.http = httpx.AsyncClient(limits=forwarding_limits(settings))
         self.codec = ReceiptCodec(_receipt_secret(settings))
         self.availability = Availability()
         self.index_writes = IndexWrites()
-        self.store.on_write(self.index_writes.written)
+        self.stores.on_write(self.index_writes.written)
         timeout_s = settings.kafka_timeout_ms / 1000
         # A step that waits on Kafka longer than every call of it could: stuck for good.
         self.watchdog = Watchdog(
@@ -193,7 +193,7 @@ class Sidecar:
         self.watchdog.stop()
         self.probe.stop()
         self.api_producer.close()
-        self.store.close()
+        self.stores.close()
         log.info("sidecar stopped", node=self.settings.node_id)
 
     # -- the conductor thread --------------------------------------------------------------
@@ -244,7 +244,7 @@ class Sidecar:
         self.broker_clock = clock
         roles = ShardRoles(
             DelayDeps(
-                s, self.store, self.schedules, self.client_config, self.producer_config,
+                s, self.schedules, self.client_config, self.producer_config,
                 self._owned_topics, lambda: clock.margin_ms, IngestTurns(),
             ),
             PopDeps(

@@ -60,7 +60,7 @@ class ShardRoles:
         schedules = ScheduleFollower(self._delay.index)
         follower = StateFollower(
             self._delay.client_config,
-            self._delay.store,
+            self._delay.index.partition_store,
             {s.state_topic("schedules"): schedules.apply_messages},
             # With "next", the API forwards calls about a schedule of a shard not followed here
             # to that shard's owner (`api.schedules.owner_of`).

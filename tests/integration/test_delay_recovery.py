@@ -111,11 +111,11 @@ def test_rocksdb_deleted_while_stopped_is_rebuilt_from_kafka(
         assert sidecar.terminate(signal.SIGTERM) == 0
         assert set(delivered_ids(reader.messages)) == early, "late ones delivered before due"
 
-        rocksdb = sidecar.data_dir / "rocksdb"
-        assert rocksdb.is_dir()
+        stores = sidecar.data_dir / "shards"
+        assert stores.is_dir()
         shutil.rmtree(sidecar.data_dir)
         sidecar.start()
-        assert rocksdb.is_dir()
+        assert stores.is_dir()
         with sidecar.client() as http:
             states = {i: http.get(f"/v1/schedules/{i}").json().get("state") for i in early | late}
             assert {states[i] for i in early} == {"delivered"}

@@ -37,7 +37,7 @@ from load_helpers import DelayLoad, PopLoad
 from delay_service.schedules import COLUMN_FAMILIES, ScheduleIndex
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF
-from foundation.store import Store
+from foundation.store import ShardStores
 from kpd_client import KpdClient, KpdError
 
 pytestmark = pytest.mark.timeout(600)
@@ -310,13 +310,13 @@ def test_schedule_calls_for_shards_a_sidecar_does_not_follow_go_to_their_owner(
         assert other.schedule(far)["state"] == "cancelled"
         assert other.schedule(near)["state"] == "scheduled"
     node.stop()  # its RocksDB holds the schedules of the shards it followed
-    store = Store(node.data_dir / "rocksdb", [*COLUMN_FAMILIES, OFFSETS_CF])
+    stores = ShardStores(node.data_dir / "shards", [*COLUMN_FAMILIES, OFFSETS_CF])
     try:
-        index = ScheduleIndex(store, ShardMap(SHARDS, SHARDS))
+        index = ScheduleIndex(stores.of, ShardMap(SHARDS, SHARDS))
         kept_far = standby_schedules == "all"
-        assert (index.get(far) is not None, index.get(near) is not None) == (kept_far, True)
+        assert (index.find(far) is not None, index.find(near) is not None) == (kept_far, True)
     finally:
-        store.close()
+        stores.close()
 
 
 def test_schedules_for_a_killed_owners_shards_are_taken_while_the_group_names_it(

@@ -42,7 +42,7 @@ def commit(producer: Producer, topic: str, values: list[bytes]) -> None:
 
 def follower(bootstrap: str, tmp_path: Path, topic: str, applied: Applied) -> StateFollower:
     store = Store(tmp_path / "rocksdb", [OFFSETS_CF])
-    state = StateFollower({"bootstrap.servers": bootstrap}, store, {topic: applied})
+    state = StateFollower({"bootstrap.servers": bootstrap}, lambda _, __: store, {topic: applied})
     state.assign()
     return state
 

@@ -33,7 +33,7 @@ def test_a_waiting_call_wakes_at_the_index_write(
         looked.set()
         return found
 
-    node: Any = SimpleNamespace(schedules=SimpleNamespace(get=get), index_writes=writes)
+    node: Any = SimpleNamespace(schedules=SimpleNamespace(find=get), index_writes=writes)
 
     def write_later() -> None:
         assert looked.wait(10)

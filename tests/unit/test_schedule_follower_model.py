@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from delay_service.schedule_follower import ScheduleFollower
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from foundation.shards import ShardMap
-from foundation.store import Store
+from foundation.state_follower import stage_by_store
+from foundation.store import ShardStores
 
 DUE = 1_767_225_600_000
 HISTORIES = ("scheduled", "delivered", "cancelled", "cancelled first", "cancelled first, booked")
@@ -92,10 +93,12 @@ def after_compaction(
     ]
 
 
-def apply(store: Store, follower: ScheduleFollower, read: list[tuple[Offset, Schedule]]) -> None:
-    batch = store.batch()
-    follower.apply_messages(batch, [message(follower.index, *one) for one in read])
-    store.write(batch)
+def apply(follower: ScheduleFollower, read: list[tuple[Offset, Schedule]]) -> None:
+    """One poll, staged as a state follower stages it: a batch per shard's store."""
+    index, appliers = follower.index, {"kpd.schedules": follower.apply_messages}
+    messages = [message(index, *one) for one in read]
+    for store, batch in stage_by_store(index.partition_store, appliers, messages).items():
+        store.write(batch)
 
 
 @pytest.mark.parametrize("reaches_head", [False, True])
@@ -110,11 +113,11 @@ def test_the_index_ends_with_each_ids_latest_record(
     records, position, compacted, polls = topic
     back = data.draw(st.integers(0, min(read_again, position)), "how far a restart starts back")
     with TemporaryDirectory() as folder:
-        store = Store(Path(folder) / "db", ["schedule", "due"])
+        stores = ShardStores(Path(folder), ["schedule", "due"])
         try:
-            index = ScheduleIndex(store, ShardMap(2, 2))
+            index = ScheduleIndex(stores.of, ShardMap(2, 2))
             follower = ScheduleFollower(index, read_again)
-            apply(store, follower, list(enumerate(records[:position])))
+            apply(follower, list(enumerate(records[:position])))
             start = position
             if data.draw(st.booleans(), "restart"):
                 follower, start = ScheduleFollower(index, read_again), position - back
@@ -128,9 +131,10 @@ def test_the_index_ends_with_each_ids_latest_record(
                     end = None
                 poll = [r for r in read[: next(sizes)] if end is None or r[0] < end]
                 read = read[len(poll) :]
-                apply(store, follower, poll)
+                apply(follower, poll)
             latest = {record.schedule_id: record for record in records}
             for schedule_id, record in latest.items():
+                store = index.store(index.shards.of_key(schedule_id))
                 assert store.get("schedule", schedule_id.encode()) == record.encode()
             waiting = sorted(
                 (r.due_ms, r.schedule_id) for r in latest.values() if r.state is State.SCHEDULED
@@ -139,4 +143,4 @@ def test_the_index_ends_with_each_ids_latest_record(
             assert sorted(due) == waiting
             assert index.count_pending() == len(waiting)
         finally:
-            store.close()
+            stores.close()

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from delay_service.schedule_follower import ScheduleFollower
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from foundation.shards import ShardMap
-from foundation.store import Batch, Store
+from foundation.state_follower import stage_by_store
+from foundation.store import Batch, ShardStores
 
 DUE = 1_767_225_600_000
 
@@ -127,6 +128,19 @@ def state_message(schedule_id: str | None, value: bytes, partition: int) -> Mess
     return Message(topic="kpd.schedules", partition=partition, offset=0, key=key, value=value)
 
 
+def new_index(
+    folder: Path, shards: ShardMap, kind: type[ScheduleIndex] = ScheduleIndex
+) -> ScheduleIndex:
+    return kind(ShardStores(folder, ["schedule", "due"]).of, shards)
+
+
+def follow(index: ScheduleIndex, follower: ScheduleFollower, messages: list[Message]) -> None:
+    """Apply `messages` as a state follower's poll does: a batch per shard's store."""
+    appliers = {"kpd.schedules": follower.apply_messages}
+    for store, batch in stage_by_store(index.partition_store, appliers, messages).items():
+        store.write(batch)
+
+
 def of_shard(index: ScheduleIndex, schedule: Schedule) -> Message:
     """`schedule` in the partition kpd writes it to (Kafka's partitioner on its id)."""
     partition = index.shards.partition_of_key(schedule.schedule_id)
@@ -145,46 +159,34 @@ def stage_all(
 def test_a_follower_skips_foreign_values_and_applies_the_rest(tmp_path: Path) -> None:
     """The standby's applier: a bad value or a record without a key is skipped, the records
     around them are applied."""
-    store = Store(tmp_path / "db", ["schedule", "due"])
-    index = ScheduleIndex(store, ShardMap(2, 2))
+    index = new_index(tmp_path, ShardMap(2, 2))
     follower = ScheduleFollower(index)
     good = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE)
     done = good.settled(State.DELIVERED, DUE + 1)
-    batch = store.batch()
-    follower.apply_messages(
-        batch,
-        [
-            state_message("b", b"\xc1", 0),
-            state_message(None, good.encode(), 1),
-            of_shard(index, good),
-        ],
-    )
-    store.write(batch)
-    assert index.get("a") == good and index.get("b") is None
+    bad = [state_message("b", b"\xc1", 0), state_message(None, good.encode(), 1)]
+    follow(index, follower, [*bad, of_shard(index, good)])
+    assert index.find("a") == good and index.find("b") is None
     assert index.count_pending() == 1
-    batch = store.batch()
-    follower.apply_messages(batch, [of_shard(index, done)])
-    store.write(batch)
-    assert index.get("a") == done and index.count_pending() == 0
+    follow(index, follower, [of_shard(index, done)])
+    assert index.find("a") == done and index.count_pending() == 0
     assert list(index.due_between(index.shards.of_key("a"), 0, 2**62)) == []
 
 
 def test_a_follower_books_each_record_under_its_partitions_shard(tmp_path: Path) -> None:
     """A record's shard is its partition's: pending counts and due keys follow it, and records of
     several shards in one poll are each counted where they belong."""
-    store = Store(tmp_path / "db", ["schedule", "due"])
-    index = ScheduleIndex(store, ShardMap(2, 4))
+    index = new_index(tmp_path, ShardMap(2, 4))
     records = [
         Schedule(schedule_id=f"id-{n}", state=State.SCHEDULED, target="o", due_ms=DUE + n)
         for n in range(40)
     ]
-    batch = store.batch()
-    ScheduleFollower(index).apply_messages(batch, [of_shard(index, record) for record in records])
-    store.write(batch)
+    follow(index, ScheduleFollower(index), [of_shard(index, record) for record in records])
     for shard in (0, 1):
         mine = [r for r in records if index.shards.of_key(r.schedule_id) == shard]
         assert 0 < len(mine) < len(records)
         assert index.count_pending(shard) == len(mine)
+        assert all(index.get(shard, r.schedule_id) == r for r in mine)
+        assert all(index.get(1 - shard, r.schedule_id) is None for r in mine)  # its store only
         due = list(index.due_between(shard, 0, 2**62))
         assert due == [(r.due_ms, r.schedule_id) for r in mine]
 
@@ -192,36 +194,33 @@ def test_a_follower_books_each_record_under_its_partitions_shard(tmp_path: Path)
 def test_a_follower_stores_a_value_as_the_topic_holds_it(tmp_path: Path) -> None:
     """The index keeps the topic's bytes, not a re-encoding: a field a newer kpd added to a
     record stays in the index for the kpd that can read it."""
-    store = Store(tmp_path / "db", ["schedule", "due"])
-    index = ScheduleIndex(store, ShardMap(1, 1))
+    index = new_index(tmp_path, ShardMap(1, 1))
     value = old_encode({"s": "scheduled", "t": "o", "d": DUE, "zz": "from a newer kpd"})
-    batch = store.batch()
-    ScheduleFollower(index).apply_messages(batch, [state_message("a", value, 0)])
-    store.write(batch)
-    assert store.get("schedule", b"a") == value
-    assert index.get("a") == Schedule(
+    follow(index, ScheduleFollower(index), [state_message("a", value, 0)])
+    assert index.store(0).get("schedule", b"a") == value
+    assert index.find("a") == Schedule(
         schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE
     )
 
 
 def test_many_ids_are_read_in_one_call_in_order(tmp_path: Path) -> None:
     """The window slide's multi-get: each id's state where the id was asked, None if unknown."""
-    store = Store(tmp_path / "db", ["schedule", "due"])
-    index = ScheduleIndex(store, ShardMap(1, 1))
+    index = new_index(tmp_path, ShardMap(1, 1))
+    store = index.store(0)
     first = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE, value=b"1")
     other = Schedule(schedule_id="c", state=State.SCHEDULED, target="p", due_ms=DUE + 1)
     batch = store.batch()
     stage_all(index, batch, [first, other])
     store.write(batch)
-    assert index.get_many(["c", "nope", "a"]) == [other, None, first]
-    assert index.get_many([]) == []
+    assert index.get_many(0, ["c", "nope", "a"]) == [other, None, first]
+    assert index.get_many(0, []) == []
 
 
 def test_staging_starts_from_states_the_caller_has_read(tmp_path: Path) -> None:
     """A leader's step read each id once; staging its records after the commit trusts that read
     (a second RocksDB read per delivery is what it saves) and still moves only forward."""
-    store = Store(tmp_path / "db", ["schedule", "due"])
-    index = ScheduleIndex(store, ShardMap(2, 2))
+    index = new_index(tmp_path, ShardMap(2, 2))
+    store = index.store(index.shards.of_key("a"))
     first = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE)
     batch = store.batch()
     stage_all(index, batch, [first])
@@ -231,7 +230,7 @@ def test_staging_starts_from_states_the_caller_has_read(tmp_path: Path) -> None:
     batch = store.batch()
     assert stage_all(index, batch, [second, done], a=first) == [done]
     store.write(batch)
-    assert index.get("a") == done and index.count_pending() == 0
+    assert index.find("a") == done and index.count_pending() == 0
     # What the caller found wins over the store: here it says "a" was never seen.
     again = store.batch()
     assert stage_all(index, again, [first], a=None) == [first]
@@ -259,8 +258,8 @@ class DueKeyReads(ScheduleIndex):
 def test_a_follower_at_the_head_reads_no_due_key_for_a_delivered_record(tmp_path: Path) -> None:
     """A standby's reading, once caught up, takes a delivered id as pending without reading its
     due key (`ScheduleFollower._states_before`); before that, it reads them."""
-    store = Store(tmp_path / "db", ["schedule", "due"])
-    index = DueKeyReads(store, ShardMap(1, 1))
+    index = new_index(tmp_path, ShardMap(1, 1), DueKeyReads)
+    assert isinstance(index, DueKeyReads)
     index.reads = []
     records = [
         Schedule(schedule_id=f"id-{n}", state=State.SCHEDULED, target="o", due_ms=DUE + n)
@@ -268,22 +267,20 @@ def test_a_follower_at_the_head_reads_no_due_key_for_a_delivered_record(tmp_path
     ]
     follower = ScheduleFollower(index, read_again=0)
     for record in records:
-        apply_one(store, follower, record)
+        apply_one(index, follower, record)
     done = [record.settled(State.DELIVERED, DUE + 9) for record in records]
-    apply_one(store, follower, done[0])
+    apply_one(index, follower, done[0])
     assert index.reads == [1] and index.count_pending() == 3
     follower.at_head = lambda: True
     for record in done[1:]:
-        apply_one(store, follower, record)
+        apply_one(index, follower, record)
     assert index.reads == [1]  # none since
     assert index.count_pending() == 0 and list(index.due_between(0, 0, 2**62)) == []
-    assert [index.get(record.schedule_id) for record in records] == done
+    assert [index.find(record.schedule_id) for record in records] == done
 
 
-def apply_one(store: Store, follower: ScheduleFollower, record: Schedule) -> None:
-    batch = store.batch()
-    follower.apply_messages(batch, [state_message(record.schedule_id, record.encode(), 0)])
-    store.write(batch)
+def apply_one(index: ScheduleIndex, follower: ScheduleFollower, record: Schedule) -> None:
+    follow(index, follower, [state_message(record.schedule_id, record.encode(), 0)])
 
 
 def test_a_follower_at_the_head_counts_a_delivery_repeated_in_one_poll_once(
@@ -292,8 +289,7 @@ def test_a_follower_at_the_head_counts_a_delivery_repeated_in_one_poll_once(
     """The head's fast path (`ScheduleIndex.stage_followed`) writes without looking up states:
     a `delivered` record of an id met twice in one poll, which no leader writes but a foreign
     writer could, still leaves the pending count as `stage` would."""
-    store = Store(tmp_path / "db", ["schedule", "due"])
-    index = ScheduleIndex(store, ShardMap(1, 1))
+    index = new_index(tmp_path, ShardMap(1, 1))
     follower = ScheduleFollower(index, read_again=0)
     follower.at_head = lambda: True
     first = Schedule(schedule_id="a", state=State.SCHEDULED, target="o", due_ms=DUE)
@@ -301,9 +297,7 @@ def test_a_follower_at_the_head_counts_a_delivery_repeated_in_one_poll_once(
     done = first.settled(State.DELIVERED, DUE + 9)
     polls = [[first], [other, done, done]]
     for poll in polls:
-        batch = store.batch()
-        follower.apply_messages(batch, [state_message(r.schedule_id, r.encode(), 0) for r in poll])
-        store.write(batch)
+        follow(index, follower, [state_message(r.schedule_id, r.encode(), 0) for r in poll])
     assert index.count_pending() == 1
     assert list(index.due_between(0, 0, 2**62)) == [(DUE + 1, "b")]
-    assert index.get("a") == done
+    assert index.find("a") == done
