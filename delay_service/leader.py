@@ -37,7 +37,7 @@ from delay_service.due_window import DueWindow
 from delay_service.headers import Limits
 from delay_service.ingest import Ingest, Route
 from delay_service.ingest_turns import IngestTurns
-from delay_service.schedule_follower import ScheduleFollower
+from delay_service.schedule_follower import schedule_reading
 from delay_service.schedules import ScheduleIndex
 from delay_service.step import Step
 from delay_service.writes import StepWrites
@@ -46,7 +46,6 @@ from foundation.config import Settings
 from foundation.kafka_clients import transactional_producer
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.refusals import RecordsRefused, RefusalUnknown
-from foundation.state_follower import StateFollower
 from foundation.supervision import LoopHealth, StopRequested
 from foundation.topics import TopicCache, message_limit_of
 from foundation.transactions import Transaction
@@ -137,10 +136,10 @@ class DelayLeader:
         before the fence (`hand_over` while starting), the start ends there; after it, the
         start goes on, and the leader delivers until the next owner fences it in turn."""
         shards = self._index.shards
-        follower = StateFollower(
+        follower = schedule_reading(
             self._deps.client_config,
-            self._index.partition_store,
-            {self._writes.schedules_topic: ScheduleFollower(self._index).apply_messages},
+            self._index,
+            self._writes.schedules_topic,
             only=lambda _, partition: shards.of_partition(partition) == self.shard,
             # At the end of a partition a fetch waits for new records (500 ms by default): the
             # reading before and after the fence reaches the end once each, on the failover path.

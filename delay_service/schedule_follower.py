@@ -19,12 +19,14 @@ Only some ids have their current state looked up, to know whether they were pend
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import structlog
 from confluent_kafka import Message
 
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from delay_service.writes import POSITION_EVERY
+from foundation.state_follower import StateFollower
 from foundation.store import Batch
 
 log = structlog.get_logger(__name__)
@@ -132,3 +134,22 @@ class ScheduleFollower:
                     due_ms=record.due_ms,
                 )
         return found
+
+
+def schedule_reading(
+    client_config: dict[str, Any],
+    index: ScheduleIndex,
+    topic: str,
+    only: Callable[[str, int], bool],
+    consumer_overrides: dict[str, Any] | None = None,
+) -> StateFollower:
+    """A reading of the schedules topic's partitions that `only` admits into `index` (a delay
+    role's at its start, a standby's): its applier takes the head's fast path once the reading
+    has caught up, not before."""
+    schedules = ScheduleFollower(index)
+    follower = StateFollower(
+        client_config, index.partition_store, {topic: schedules.apply_messages}, only,
+        consumer_overrides,
+    )  # fmt: skip
+    schedules.at_head = lambda: follower.caught_up
+    return follower

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from delay_service.leader import DelayDeps, DelayLeader
-from delay_service.schedule_follower import ScheduleFollower
-from foundation.state_follower import StateFollower
+from delay_service.schedule_follower import schedule_reading
 from foundation.supervision import LoopHealth
 from revive.pop_follower import PopFollower
 from revive.replay import PopStateReader
@@ -57,16 +56,14 @@ class ShardRoles:
     def standby(self, led: Shards, follow: Shards, health: LoopHealth) -> Standby:
         s, shards = self._settings, self._shards
         followed = self.schedules_kept(led, follow)
-        schedules = ScheduleFollower(self._delay.index)
-        follower = StateFollower(
+        follower = schedule_reading(
             self._delay.client_config,
-            self._delay.index.partition_store,
-            {s.state_topic("schedules"): schedules.apply_messages},
+            self._delay.index,
+            s.state_topic("schedules"),
             # With "next", the API forwards calls about a schedule of a shard not followed here
             # to that shard's owner (`api.schedules.owner_of`).
             only=lambda _, partition: shards.of_partition(partition) in followed,
         )
-        schedules.at_head = lambda: follower.caught_up
         reader = PopStateReader(
             self._delay.client_config, s.state_topic("pop-state"), s.state_topic("pop-floor"),
             s.kafka_timeout_ms / 1000,

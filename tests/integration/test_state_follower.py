@@ -11,12 +11,16 @@ from pathlib import Path
 
 from confluent_kafka import Message, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
-from kafka_helpers import unique
+from kafka_helpers import unique, wait_for
 
+from delay_service.schedule_follower import schedule_reading
+from delay_service.schedules import COLUMN_FAMILIES, Schedule, ScheduleIndex, State
+from delay_service.writes import POSITION_EVERY
 from devtools.broker_for_tests import topic_replication_from_env
 from foundation.kafka_clients import partition_end, state_consumer
+from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF, StateFollower
-from foundation.store import Batch, Store
+from foundation.store import Batch, ShardStores, Store
 
 
 class Applied:
@@ -122,3 +126,48 @@ def test_a_partition_s_end_is_awaited_while_it_is_just_created(
             assert ends == [0, 0, 0, 0]
     finally:
         consumer.close()
+
+
+def test_a_schedule_reading_takes_the_heads_fast_path_only_once_caught_up(
+    new_topic, kafka_bootstrap, tmp_path, monkeypatch
+):
+    """`schedule_reading` wires its applier to the reading's own progress: records read to catch
+    up go through the general path, those that come after (past the ones a restart may meet
+    again) through `ScheduleIndex.stage_followed`; the index ends the same either way."""
+    topic = new_topic("schedules")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+
+    def produce(records: list[Schedule]) -> None:
+        for record in records:
+            producer.produce(topic, key=record.schedule_id.encode(), value=record.encode())
+        producer.flush(30)
+
+    scheduled = [
+        Schedule(schedule_id=f"id-{n}", state=State.SCHEDULED, target="t", due_ms=10_000 + n)
+        for n in range(POSITION_EVERY + 6)
+    ]
+    produce(scheduled)
+    stores = ShardStores(tmp_path / "shards", [*COLUMN_FAMILIES, OFFSETS_CF])
+    index = ScheduleIndex(stores.of, ShardMap(1, 1))
+    fast: list[int] = []  # records staged by the fast path, per call
+    staged = index.stage_followed
+    monkeypatch.setattr(index, "stage_followed", lambda *a: fast.append(len(a[2])) or staged(*a))
+    config = {"bootstrap.servers": kafka_bootstrap}
+    reading = schedule_reading(config, index, topic, lambda *_: True)
+
+    def applied() -> bool:
+        reading.poll_once(0.5)
+        return index.count_pending() == len(scheduled) - len(done)
+
+    try:
+        reading.assign()
+        reading.catch_up(timeout_s=30)
+        assert fast == [] and index.count_pending() == len(scheduled)
+        done = [record.settled(State.DELIVERED, 20_000) for record in scheduled[:4]]
+        produce(done)
+        wait_for(applied, 30, "the deliveries applied")
+        assert sum(fast) == len(done)
+        assert [index.get(0, r.schedule_id) for r in done] == done
+    finally:
+        reading.close()
+        stores.close()
