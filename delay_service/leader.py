@@ -54,11 +54,6 @@ log = structlog.get_logger(__name__)
 
 BATCH = 2000  # deliveries per transaction: big enough to amortise the commit
 INGEST_BATCH = 1000  # buffer records per step: bounds how long due deliveries wait behind ingest
-# Once a step carries a delivery, it ingests for at most this long before its commit makes the
-# delivery visible; the rest of the buffer waits for the next step. Halved the read_committed
-# lateness under 5k due/s + 15k/s of ingest, without slowing that ingest (BENCHMARKS.md,
-# 2026-11-27 12:00).
-INGEST_BEHIND_DELIVERY_S = 0.02
 TRACKED_AFTER_FAILURE_S = 5.0
 FENCE_PROBE_S = 0.5  # while handing over
 START_FETCH_WAIT_MS = 10
@@ -100,6 +95,7 @@ class DelayLeader:
             forbidden_targets=deps.kpd_topics,
         )
         self._timeout_s = settings.kafka_timeout_ms / 1000
+        self._ingest_behind_delivery_s = settings.ingest_behind_delivery_ms / 1000
         self._producer_config = deps.producer_config
         self._producers = ProducersInTurn(
             lambda txn_id: transactional_producer(self._producer_config, txn_id),
@@ -225,7 +221,10 @@ class DelayLeader:
 
     def _ingest_all(self, chunk: list[Message], first: First, step: Step) -> None:
         """Ingest up to INGEST_BATCH records, read INGEST_CHUNK at a time, each dropped as soon
-        as it is handled; less once the step carries a delivery (INGEST_BEHIND_DELIVERY_S)."""
+        as it is handled; less once the step carries a delivery: the rest of the buffer waits for
+        the next step once that delivery has waited `ingest_behind_delivery_ms` (20 ms halved the
+        read_committed lateness under 5k due/s + 15k/s of ingest, without slowing that ingest:
+        BENCHMARKS.md, 2026-11-27 12:00)."""
         ingested = 0
         while chunk:
             ingested += len(chunk)
@@ -237,7 +236,7 @@ class DelayLeader:
             self._dispatch_due(step)  # sent now, at the broker before the step's commit
             if ingested >= INGEST_BATCH:
                 return
-            if step.delivering_for_s() > INGEST_BEHIND_DELIVERY_S:
+            if step.delivering_for_s() > self._ingest_behind_delivery_s:
                 metrics.INGEST_YIELDS.inc()
                 return
             chunk = self._reader.more(first)

@@ -112,6 +112,10 @@ class Settings(BaseSettings):
     # shard the group moves here is current, whichever member it goes to), or only the "next"
     # ones it would take over (one copy per record, however many workers run). See README.
     standby_schedules: Literal["all", "next"] = "all"
+    # Once a delay step carries a delivery, how much longer it ingests before its commit makes
+    # the delivery visible (see delay_service.leader): lower, deliveries are seen sooner under
+    # ingest load; higher, ingest runs in larger steps.
+    ingest_behind_delivery_ms: int = Field(20, ge=0, le=10_000)
     # A node whose clock is further than this from the broker's leads nothing (never early).
     max_clock_offset_ms: int = Field(1_000, ge=10, le=3_600_000)
     election_session_timeout_ms: int = Field(6_000, ge=1_000, le=300_000)

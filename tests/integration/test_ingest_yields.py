@@ -1,9 +1,11 @@
-"""A delay step that carries a delivery ingests for at most `INGEST_BEHIND_DELIVERY_S` more before
-its commit makes the delivery visible (`delay_service.leader`); a step with nothing due ingests
-its whole batch. Each cut is counted in `kpd_delay_ingest_yields_total`.
+"""A delay step that carries a delivery ingests for at most `KPD_INGEST_BEHIND_DELIVERY_MS` more
+before its commit makes the delivery visible (`delay_service.leader`); a step with nothing due
+ingests its whole batch. Each cut is counted in `kpd_delay_ingest_yields_total`.
 
-The backlog is sized so that ingesting it takes seconds here (about 15k schedules/s per worker,
-so a batch of 1,000 takes far longer than the bound) while records come due every 50 ms. The due
+The sidecar here cuts at once (0 ms): with the default 20 ms, whether a step is cut depends on
+the machine's speed. A worker that ingests 50k schedules/s takes 20 ms for a whole batch of
+1,000, and a faster one never cuts: a CI run on such a machine counted no cut step. The backlog
+is sized so that ingesting it takes many steps while records come due every 50 ms. The due
 records and the second backlog are written in one transaction, so the sidecar (read_committed)
 finds the whole backlog behind them at once, however slowly this machine produces it."""
 
@@ -45,7 +47,7 @@ def produce_at_once(bootstrap: str, topic: str, records: Iterable[tuple]) -> Non
 
 
 def test_a_step_with_deliveries_cuts_its_ingest_short(sidecar_factory, new_topic, kafka_bootstrap):
-    sidecar = sidecar_factory("a").start()
+    sidecar = sidecar_factory("a", ingest_behind_delivery_ms="0").start()
     buffer = sidecar.env["KPD_BUFFER_TOPIC"]
     with sidecar.client() as http:
         wait_delivering(http, new_topic("warm"))
@@ -70,8 +72,7 @@ def test_a_step_with_deliveries_cuts_its_ingest_short(sidecar_factory, new_topic
 
     # Records coming due one after another while a second backlog is ingested: the first are
     # due at once, so the first steps that ingest the backlog carry deliveries whatever the
-    # time the transaction takes. (Due from 1 s on, two CI runs counted no cut step; I did not
-    # find why, and could not make it happen outside the whole suite.)
+    # time the transaction takes.
     first_due = now_ms()
     due = [
         buffer_record(

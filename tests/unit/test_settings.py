@@ -35,6 +35,7 @@ def test_defaults_match_design() -> None:
     assert s.group("orders").backoff_ms[-1] == 7_200_000
     assert s.data_dir == Path(".kpd/data") / s.node_id
     assert s.standby_schedules == "all"
+    assert s.ingest_behind_delivery_ms == 20
 
 
 def test_retry_and_dlq_names_follow_the_state_topic_prefix(
@@ -108,6 +109,9 @@ def test_secrets_are_not_printed(monkeypatch: pytest.MonkeyPatch) -> None:
         ("KPD_GROUPS__g__BACKOFF_MS", "[]", "at least 1 item"),
         ("KPD_GROUPS__g__BACKOFF_MS", "not json", "JSON"),
         ("KPD_STANDBY_SCHEDULES", "some", "'all' or 'next'"),
+        ("KPD_INGEST_BEHIND_DELIVERY_MS", "-1", "greater than or equal to 0"),
+        ("KPD_INGEST_BEHIND_DELIVERY_MS", "10001", "less than or equal to 10000"),
+        ("KPD_INGEST_BEHIND_DELIVERY_MS", "1e9", "valid integer"),
         ("KPD_STANDBY_SCHEDULES", "ALL", "'all' or 'next'"),
         ("KPD_TYPO_SETTING", "1", "Extra inputs are not permitted"),
     ],
