@@ -29,6 +29,7 @@ from api.schedules import (
     buffer_partition,
     freshness_here,
     owner_elsewhere,
+    schedule_here,
     wait_for_schedule,
 )
 from api.topic_lookups import topic_exists
@@ -262,7 +263,7 @@ async def _send(
                 status="enqueued", partition=sent.partition(), offset=sent.offset()
             )
         assert schedule_id is not None  # given with every due time
-        existing = node.schedules.find(schedule_id)
+        existing = schedule_here(node, schedule_id)
         if existing is not None:  # idempotent: the first schedule with this id stands
             return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=existing.due_ms)
         control = [

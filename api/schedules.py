@@ -30,6 +30,7 @@ from api.topic_lookups import partition_count
 from delay_service import metrics
 from delay_service.headers import CANCEL
 from delay_service.schedules import Freshness, Schedule, State
+from foundation.store import NotHeld
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=problems(*GUARDED))
 
@@ -83,8 +84,20 @@ def owner_elsewhere(node: Node, shard: int) -> str | None:
     return None if owner == node.url else owner
 
 
+def schedule_here(node: Node, schedule_id: str) -> Schedule | None:
+    """The id's schedule as this worker's index has it; None also where no role here holds its
+    shard's store (let go a moment ago, or not taken yet)."""
+    try:
+        return node.schedules.find(schedule_id)
+    except NotHeld:
+        return None
+
+
 def _found(node: Node, schedule_id: str) -> Schedule:
-    schedule = node.schedules.find(schedule_id)
+    try:
+        schedule = node.schedules.find(schedule_id)
+    except NotHeld:  # the shard moved between the look at its freshness and this read
+        raise leadership_moving("no_leader", f"the shard of {schedule_id!r} is moving") from None
     if schedule is None:
         raise Problem(404, "schedule_not_found", f"no schedule with id {schedule_id!r}")
     return schedule
@@ -161,7 +174,7 @@ async def wait_for_schedule(
     with node.index_writes.waiting() as written:
         while True:
             written.clear()  # before the look: a write after it wakes the wait below
-            schedule = node.schedules.find(schedule_id)
+            schedule = schedule_here(node, schedule_id)
             left = deadline - time.monotonic()
             if done(schedule) or left < 0:
                 return schedule

@@ -39,6 +39,7 @@ from delay_service.ingest import Ingest, Route
 from delay_service.ingest_turns import IngestTurns
 from delay_service.schedule_follower import schedule_reading
 from delay_service.schedules import ScheduleIndex
+from delay_service.shard_store import take_store
 from delay_service.step import Step
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
@@ -84,7 +85,7 @@ class DelayLeader:
         settings = deps.settings
         self.shard = shard
         self._deps, self._index = deps, deps.index
-        self._store = deps.index.store(shard)  # this shard's schedules
+        self._holds_store = False  # the shard's store, taken at the start (`shard_store`)
         self._admin = AdminClient(deps.client_config)  # asks a refusing topic for its limit
         self._health = health
         self._buffer, self._inbox = settings.buffer_topic, settings.state_topic("delay-inbox")
@@ -125,12 +126,16 @@ class DelayLeader:
         self._dispatch = Dispatch(self._writes, topics)
 
     def start(self) -> None:
-        """Read the shard's schedules while its previous leader may still deliver them (it
-        goes on until fenced, `sidecar.conductor`), fence it, read the rest it left, then take
-        over the shard's buffer and inbox partitions. A member whose index did not follow the
-        shard thus reads most of it before the shard stops delivering, not after. Given away
-        before the fence (`hand_over` while starting), the start ends there; after it, the
-        start goes on, and the leader delivers until the next owner fences it in turn."""
+        """Take the shard's store, read the shard's schedules while its previous leader may
+        still deliver them (it goes on until fenced, `sidecar.conductor`), fence it, read the
+        rest it left, then take over the shard's buffer and inbox partitions. A member whose
+        index did not follow the shard thus reads most of it before the shard stops
+        delivering, not after. A store held by another worker of this sidecar is freed by the
+        fence, which then comes first (`delay_service.shard_store`). Given away before the
+        fence (`hand_over` while starting), the start ends there; after it, the start goes on,
+        and the leader delivers until the next owner fences it in turn."""
+        fenced = take_store(self._index.stores, self.shard, self._fence, self._beat_unless_released)
+        self._holds_store = True
         shards = self._index.shards
         follower = schedule_reading(
             self._deps.client_config,
@@ -143,11 +148,13 @@ class DelayLeader:
         )
         try:
             follower.assign()
-            follower.approach(timeout_s=CATCH_UP_S, beat=self._beat_unless_released)
-            # Given away meanwhile, `LoopHealth.fencing` ends the start here, fencing nobody.
-            self._producers.init_transactions(self._timeout_s)
+            if not fenced:
+                follower.approach(timeout_s=CATCH_UP_S, beat=self._beat_unless_released)
+                # Given away meanwhile, `LoopHealth.fencing` ends the start here, fencing nobody.
+                self._fence()
             follower.catch_up(timeout_s=CATCH_UP_S, beat=self._health.beat_unless_stopping)
         finally:
+            metrics.START_READS.labels(str(self.shard)).inc(follower.applied)
             follower.close()
         self._reader.assign((self._buffer, self._inbox), shards)
         self._due.refill(now_ms())
@@ -157,6 +164,9 @@ class DelayLeader:
         log.info(
             "delay leader started", shard=self.shard, pending=pending, in_wheel=len(self._wheel)
         )
+
+    def _fence(self) -> None:
+        self._producers.init_transactions(self._timeout_s)
 
     def _beat_unless_released(self) -> None:
         """A beat for the reading before the fence: the shard given away meanwhile (`hand_over`
@@ -168,6 +178,9 @@ class DelayLeader:
     def close(self) -> None:
         self._reader.close()
         self._producers.release()
+        if self._holds_store:
+            self._holds_store = False
+            self._index.stores.release(self.shard)
         # Another node reports them now.
         for gauge in (metrics.PENDING, metrics.DUE_BACKLOG, metrics.WINDOW_HELD):
             gauge.labels(str(self.shard)).set(0)
@@ -253,9 +266,8 @@ class DelayLeader:
 
     def _applied(self, step: Step) -> None:
         """The step is committed: index it, forget the verdicts it settled, count it."""
-        self._store.write(
-            step.index_batch(self._store, self._index, self.shard, self._writes.schedules_topic)
-        )
+        store = self._index.store(self.shard)
+        store.write(step.index_batch(store, self._index, self.shard, self._writes.schedules_topic))
         self._due.applied(step.applied)
         for tag in step.settled:
             self._refused.pop(tag, None)

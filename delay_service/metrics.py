@@ -52,3 +52,14 @@ FORWARDED = Counter(
     "does not follow that shard (get, cancel, schedule)",
     ["call"],
 )
+STORES_REBUILT = Counter(
+    "kpd_shard_stores_rebuilt_total",
+    "Delay role starts that rebuilt their shard's index from Kafka into a store of their own, "
+    "the shared one held too long by another worker (a stopped process)",
+)
+START_READS = Counter(
+    "kpd_delay_start_records_total",
+    "Schedule records a delay role read at its start, before and after its fence: those its "
+    "shard's store lacked (a store as its last writer left it, on this machine, lacks few)",
+    ["shard"],
+)

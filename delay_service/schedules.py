@@ -7,8 +7,8 @@ The compacted schedules topic (key = schedule id) is the truth. Each value is on
 Delivered and cancelled are terminal: applying an older `scheduled` record after them changes
 nothing, so re-reading the topic (restart, failover, rebuild) is always safe.
 
-RocksDB: one store per shard (`foundation.store.ShardStores`), holding that shard's ids in the
-column families
+RocksDB: one store per shard (`foundation.store.ShardStores`, held by the worker that leads or
+keeps the shard), holding that shard's ids in the column families
   schedule  id -> the latest state record (as in the topic)
   due       shard (2 bytes) + due_ms (8 bytes), big endian, + id -> b""   only `scheduled` ones,
             ordered by time
@@ -16,13 +16,13 @@ column families
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 
 import msgspec
 
 from foundation.shards import ShardMap
-from foundation.store import Batch, Store
+from foundation.store import Batch, ShardStores, Store
 
 SCHEDULE_CF = "schedule"
 # Kept beside the ids (which never start with a NUL byte) so followers and a new leader know the
@@ -125,6 +125,10 @@ def _moves_forward(current: Schedule, record: Schedule) -> bool:
     )
 
 
+def _decoded(schedule_id: str, data: bytes | None) -> Schedule | None:
+    return None if data is None else Schedule.decode(schedule_id, data)
+
+
 def due_key(shard: int, due_ms: int, schedule_id: str) -> bytes:
     return shard.to_bytes(2, "big") + due_ms.to_bytes(8, "big") + schedule_id.encode()
 
@@ -137,41 +141,41 @@ class ScheduleIndex:
     """Reads and idempotent writes of schedule state in RocksDB, a store per shard. Each call
     names the shard of its ids (`ShardMap.of_key`): the callers on a shard's paths know it."""
 
-    def __init__(self, store_of: Callable[[int], Store], shard_map: ShardMap) -> None:
-        self._store_of = store_of  # a shard's store (`ShardStores.of`)
+    def __init__(self, stores: ShardStores, shard_map: ShardMap) -> None:
+        self.stores = stores  # each shard's, held by the role or standby here that keeps it
         self.shards = shard_map
 
     def store(self, shard: int) -> Store:
-        """The store of `shard`'s schedules (a batch for `stage` comes from it)."""
-        return self._store_of(shard)
+        """The store of `shard`'s schedules (a batch for `stage` comes from it). Raises
+        `NotHeld` if no role here holds it."""
+        return self.stores.of(shard)
 
     def partition_store(self, _topic: str, partition: int) -> Store:
         """The store of a schedules-topic partition's shard (a `StateFollower`'s `store_of`)."""
-        return self._store_of(self.shards.of_partition(partition))
+        return self.stores.of(self.shards.of_partition(partition))
 
-    def ensure_format(self, offsets_cf: str, schedules_topic: str) -> bool:
-        """Clear each shard's index of another layout (it is rebuilt from Kafka); True if any."""
+    def ensure_format(self, store: Store, offsets_cf: str, schedules_topic: str) -> bool:
+        """Clear a shard's store of another layout (it is rebuilt from Kafka); True if it was.
+        Run as each store opens (`ShardStores.on_open`), before anything reads it."""
         wanted = FORMAT + self.shards.shards.to_bytes(2, "big")
-        cleared = False
-        for shard in range(self.shards.shards):
-            store = self.store(shard)
-            if store.get(SCHEDULE_CF, FORMAT_KEY) == wanted:
-                continue
-            store.clear([SCHEDULE_CF, DUE_CF])
-            store.clear_prefix(offsets_cf, f"{schedules_topic}:".encode())
-            batch = store.batch()
-            batch.put(SCHEDULE_CF, FORMAT_KEY, wanted)
-            store.write(batch)
-            cleared = True
-        return cleared
+        if store.get(SCHEDULE_CF, FORMAT_KEY) == wanted:
+            return False
+        store.clear([SCHEDULE_CF, DUE_CF])
+        store.clear_prefix(offsets_cf, f"{schedules_topic}:".encode())
+        batch = store.batch()
+        batch.put(SCHEDULE_CF, FORMAT_KEY, wanted)
+        store.write(batch)
+        return True
 
     def get(self, shard: int, schedule_id: str) -> Schedule | None:
-        data = self.store(shard).get(SCHEDULE_CF, schedule_id.encode())
-        return None if data is None else Schedule.decode(schedule_id, data)
+        return _decoded(schedule_id, self.store(shard).get(SCHEDULE_CF, schedule_id.encode()))
 
     def find(self, schedule_id: str) -> Schedule | None:
-        """`get` for a caller that has only the id (the API): its shard is the id's."""
-        return self.get(self.shards.of_key(schedule_id), schedule_id)
+        """`get` for a caller that has only the id, on another thread (the API): its shard is
+        the id's, and the store stays open for the read. Raises `NotHeld` if no role here holds
+        the shard's store."""
+        with self.stores.borrowed(self.shards.of_key(schedule_id)) as store:
+            return _decoded(schedule_id, store.get(SCHEDULE_CF, schedule_id.encode()))
 
     def get_many(self, shard: int, schedule_ids: list[str]) -> list[Schedule | None]:
         found = self.store(shard).get_many(SCHEDULE_CF, [sid.encode() for sid in schedule_ids])

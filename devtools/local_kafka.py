@@ -21,6 +21,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from devtools.kafka_release import DEFAULT_RELEASE, KafkaRelease
+from foundation.processes import alive
 
 MIN_JAVA = 17
 DEFAULT_DIR = Path(".kpd/kafka")
@@ -61,7 +62,7 @@ class LocalKafka:
             pid = int(state["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if _alive(pid) and "kafka.Kafka" in _cmdline(pid):
+        if alive(pid) and "kafka.Kafka" in _cmdline(pid):
             return pid
         self._state_file.unlink(missing_ok=True)
         return None
@@ -126,9 +127,9 @@ class LocalKafka:
             return False
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
         self._state_file.unlink(missing_ok=True)
         return True
@@ -208,20 +209,6 @@ def _run_java(java: str, classpath: str, main: str, *args: str) -> str:
     if result.returncode != 0:
         raise LocalKafkaError(f"{main} failed: {(result.stdout + result.stderr)[-1500:]}")
     return result.stdout
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); treat it as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def _cmdline(pid: int) -> str:

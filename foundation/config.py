@@ -80,6 +80,8 @@ class Settings(BaseSettings):
         default_factory=lambda: os.uname().nodename[:64] or "kpd", pattern=NAME_PATTERN
     )
     data_dir: Path | None = None  # default: .kpd/data/<node_id>
+    # The shards' RocksDB stores, shared by the workers of a sidecar. Default: <data_dir>/shards.
+    shards_dir: Path | None = None
     advertised_url: str | None = Field(None, pattern=r"^https?://[^\s/]+(:\d+)?$")
     api_token: SecretStr | None = None
     receipt_secret: SecretStr | None = Field(None, min_length=16)
@@ -138,6 +140,8 @@ class Settings(BaseSettings):
     def _default_data_dir(self) -> Settings:
         if self.data_dir is None:
             self.data_dir = Path(".kpd/data") / self.node_id
+        if self.shards_dir is None:
+            self.shards_dir = self.data_dir / "shards"
         return self
 
     @property
@@ -160,9 +164,15 @@ class Settings(BaseSettings):
         assert self.data_dir is not None  # set by the validator
         return self.data_dir
 
+    @property
+    def shard_stores_dir(self) -> Path:
+        assert self.shards_dir is not None  # set by the validator
+        return self.shards_dir
+
     def for_worker(self, index: int) -> Settings:
         """A worker's own settings: one worker is the sidecar itself; several each get their
-        own node id and data dir (they are sidecars of the same machine)."""
+        own node id and data dir (they are sidecars of the same machine), and share the
+        sidecar's shard stores (`foundation.store.ShardStores`)."""
         if self.workers == 1:
             return self
         return self.model_copy(

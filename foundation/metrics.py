@@ -43,6 +43,13 @@ SHARD_STANDBY = Gauge(
     ["shard"],
     multiprocess_mode="livemax",
 )
+SHARD_SCHEDULES_KEPT = Gauge(
+    "kpd_shard_schedules_kept",
+    "How many of this sidecar's workers keep a shard's schedules in a standby (1 for another "
+    "sidecar's shards, 0 for the sidecar's own: their stores are on its disk)",
+    ["shard"],
+    multiprocess_mode="livesum",
+)
 # What a hot standby costs its worker, in the worker's own terms: with two workers, the standby's
 # apply of the other's deliveries was the burst's main rise in CPU per record (BENCHMARKS.md,
 # 2026-11-29 13:52).

@@ -47,6 +47,7 @@ class StateFollower:
         )  # assigned, never joins
         self._assignment: list[TopicPartition] = []
         self.caught_up = False
+        self.applied = 0  # records applied so far
 
     def assign(self) -> None:
         """Assign every partition of the state topics, from the offsets stored in RocksDB."""
@@ -72,6 +73,7 @@ class StateFollower:
                 self._written[place] = tp.offset
         for store, batch in batches.items():
             store.write(batch)
+        self.applied += len(records)
         return len(records)
 
     def catch_up(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:

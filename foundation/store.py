@@ -3,17 +3,21 @@
 Raw byte keys and values only; each owner of state (schedules, leases, offsets) gets its own column
 family so its key space can be range-scanned and its layout changed independently. Changes that
 belong together go into one `WriteBatch`, so a crash never leaves half of them on disk. Each
-shard's state is a store of its own (`ShardStores`).
+shard's state is a store of its own, in a folder the workers of a sidecar share (`ShardStores`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import rocksdict
+
+from foundation.processes import alive
 
 # Memtables are RocksDB's main memory cost: 64 MB x 2 per column family by default, with no cap
 # across families (measured: RSS grew to 430 MB at 5M schedules). Small memtables and one shared
@@ -135,48 +139,144 @@ class Batch:
         self.raw.delete(key, self._handles[family])
 
 
-class ShardStores:
-    """One `Store` per shard, each in a folder of its own under `folder`, opened on first use.
+class StoreBusy(Exception):
+    """Another process holds the shard's store (RocksDB's LOCK file): a worker of the same
+    sidecar that leads or keeps the shard, or still hands it over."""
 
-    A shard's state then moves as one folder: it can be dropped or rebuilt alone, and opened by
-    whichever process holds the shard (Kafka Streams keeps one state folder per task the same
-    way). They share the process's memtable budget and block cache (above)."""
+
+class NotHeld(LookupError):
+    """This process holds no store of the shard (another worker or sidecar keeps it)."""
+
+
+class ShardStores:
+    """The shards' stores, each in a folder of its own under `folder`, shared by the workers of
+    one sidecar: a worker opens the stores of the shards it leads or keeps (`acquire`) and
+    closes them when it lets the shard go (`release`), so that a worker of the same machine
+    taking a shard over opens the same folder, as hot as its last writer left it, instead of
+    keeping a copy of its own (Kafka Streams keeps one state folder per task the same way, for
+    whichever thread runs the task). RocksDB's LOCK file makes the hold exclusive between
+    processes; one the holder died with (SIGKILL) is free again at once.
+
+    Inside the process a store is counted: the roles that hold it and the API's reads of it
+    (`borrowed`) share one open store, closed when the last lets go. Stores share the process's
+    memtable budget and block cache (above)."""
 
     def __init__(self, folder: Path, column_families: Sequence[str]) -> None:
         self.folder, self._families = folder, tuple(column_families)
-        self._stores: dict[int, Store] = {}
+        self._held: dict[int, tuple[Store, int]] = {}  # shard -> (store, holders)
         self._on_write: list[Callable[[], None]] = []
-        self._lock = threading.Lock()  # the roles' and the API's threads open stores
+        self._on_open: list[Callable[[int, Store], None]] = []
+        self._lock = threading.Lock()  # the roles' and the API's threads hold stores
+        _drop_private_folders(folder)
+
+    def acquire(self, shard: int) -> Store:
+        """Hold `shard`'s store, opening it if no one here holds it yet. Raises `StoreBusy` if
+        another process holds it."""
+        with self._lock:
+            held = self._held.get(shard)
+            if held is None:
+                held = (self._open(shard, self.folder / f"shard-{shard}"), 0)
+            self._held[shard] = (held[0], held[1] + 1)
+            return held[0]
+
+    def acquire_private(self, shard: int) -> Store:
+        """Hold an empty store of `shard` in a folder of this process alone, for a holder that
+        cannot wait for the shared one (a stopped process keeps its LOCK): it is rebuilt from
+        Kafka, and dropped when released. Raises `StoreBusy` if `shard` is held here."""
+        with self._lock:
+            if shard in self._held:
+                raise StoreBusy(f"shard {shard} is held in this process")
+            folder = self.folder / f"shard-{shard}.{os.getpid()}"
+            shutil.rmtree(folder, ignore_errors=True)
+            self._held[shard] = (self._open(shard, folder), 1)
+            return self._held[shard][0]
+
+    def release(self, shard: int) -> None:
+        """Let go of one hold of `shard`'s store; the last closes it (a private one is dropped)."""
+        with self._lock:
+            store, holders = self._held[shard]
+            if holders > 1:
+                self._held[shard] = (store, holders - 1)
+                return
+            del self._held[shard]
+            store.close()
+            if store.path.name != f"shard-{shard}":
+                shutil.rmtree(store.path, ignore_errors=True)
 
     def of(self, shard: int) -> Store:
-        store = self._stores.get(shard)
-        if store is not None:
-            return store
+        """The store of a shard held here. Raises `NotHeld` otherwise."""
+        held = self._held.get(shard)
+        if held is None:
+            raise NotHeld(f"shard {shard}'s store is not held here")
+        return held[0]
+
+    def held(self) -> frozenset[int]:
+        return frozenset(self._held)
+
+    @contextmanager
+    def borrowed(self, shard: int) -> Iterator[Store]:
+        """A held store for one read from another thread (the API), which it stays open for.
+        Raises `NotHeld` if no role here holds it."""
         with self._lock:
-            if shard not in self._stores:
-                store = Store(self.folder / f"shard-{shard}", self._families)
-                for listener in self._on_write:
-                    store.on_write(listener)
-                self._stores[shard] = store
-            return self._stores[shard]
+            if shard not in self._held:
+                raise NotHeld(f"shard {shard}'s store is not held here")
+            store, holders = self._held[shard]
+            self._held[shard] = (store, holders + 1)
+        try:
+            yield store
+        finally:
+            self.release(shard)
 
     def on_write(self, listener: Callable[[], None]) -> None:
         """`Store.on_write` for every store, those opened later too."""
         with self._lock:
             self._on_write.append(listener)
-            for store in self._stores.values():
+            for store, _ in self._held.values():
                 store.on_write(listener)
+
+    def on_open(self, check: Callable[[int, Store], None]) -> None:
+        """Call `check(shard, store)` as each store opens, before any holder uses it (the
+        schedule index clears a store of another layout)."""
+        self._on_open.append(check)
 
     def close(self) -> None:
         with self._lock:
-            for store in self._stores.values():
+            for shard, (store, _) in self._held.items():
                 store.close()
-            self._stores.clear()
+                if store.path.name != f"shard-{shard}":
+                    shutil.rmtree(store.path, ignore_errors=True)
+            self._held.clear()
+
+    def _open(self, shard: int, folder: Path) -> Store:
+        try:
+            store = Store(folder, self._families)
+        except Exception as error:  # rocksdict raises a bare Exception
+            # "While lock file: <folder>/LOCK: Resource temporarily unavailable" from another
+            # process; "lock hold by current process ... <folder>/LOCK" from another ShardStores.
+            if f"{folder}/LOCK" in str(error):
+                raise StoreBusy(f"shard {shard}'s store is held by another process") from error
+            raise
+        for listener in self._on_write:
+            store.on_write(listener)
+        for check in self._on_open:
+            check(shard, store)
+        return store
 
 
-def shard_stores(state_dir: Path, column_families: Sequence[str]) -> ShardStores:
-    """The shards' stores of a worker's state folder. A folder of the layout before (one store,
-    `rocksdb`, for every shard) loses that store: it is an index of Kafka's topics, rebuilt from
-    them like any other (DESIGN principle 1)."""
+def _drop_private_folders(folder: Path) -> None:
+    """Private stores (`acquire_private`) of processes that ended without dropping them."""
+    for path in folder.glob("shard-*.*"):
+        pid = path.name.rsplit(".", 1)[1]
+        if pid.isdigit() and not alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def shard_stores(state_dir: Path, shards_dir: Path, column_families: Sequence[str]) -> ShardStores:
+    """The shards' stores of a sidecar (`shards_dir`, shared by its workers). A worker's folder
+    of a layout before drops its own stores: one store for every shard (`rocksdb`), or the
+    shard stores of this worker alone (`shards` in a worker's folder). They are indexes of
+    Kafka's topics, rebuilt from them like any other (DESIGN principle 1)."""
     shutil.rmtree(state_dir / "rocksdb", ignore_errors=True)
-    return ShardStores(state_dir / "shards", column_families)
+    if (state_dir / "shards").resolve() != shards_dir.resolve():
+        shutil.rmtree(state_dir / "shards", ignore_errors=True)
+    return ShardStores(shards_dir, column_families)

@@ -13,16 +13,18 @@ chooses them: those of the members it watches, `sidecar.ring.guardian`), as Kafk
 keeps one standby replica per task: with every worker applying every pop record of the shards it
 did not lead, the work grew with the number of workers. A pop role taking over a shard not
 followed here replays `kpd.pop-state` from the shard's replay floor (bounded). Schedules are kept
-for every shard not led here, or with `standby_schedules = "next"` for the followed ones only; a
-delay role taking over a shard not followed here first reads its schedules from where this
-worker's index left off.
+for this worker's share of the shards of other sidecars (`ShardRoles.schedules_kept`), or with
+`standby_schedules = "next"` for the followed ones only; a delay role taking over a shard opens
+its store where its last holder left it (`delay_service.shard_store`) and reads on from there.
+A standby that found a store it is to keep still held by another worker of the sidecar
+restarts after `STANDBY_RETRY_S` to take it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import structlog
 
@@ -39,6 +41,7 @@ STOP_TIMEOUT_S = 30.0
 # reading before its fence, with room (about 60,000 schedule records a second on 2 cores).
 HANDOVER_S = 120.0
 STANDBY = -1  # the standby's "shard" in metrics and logs: it serves all the others
+STANDBY_RETRY_S = 2.0  # a standby short of stores another worker held restarts this often
 Make = Callable[[int, LoopHealth], Role]
 Shards = frozenset[int]
 
@@ -96,17 +99,22 @@ class Conductor:
         # A shard handed over stays out of the standby until its roles here end (one writer of
         # its schedules in RocksDB): the standby restarts once per move, when the shard is
         # fenced away, not also when it is revoked.
-        skips = owned | self._handing_over.keys() | self._stopping.keys()
+        skips = frozenset(owned | self._handing_over.keys() | self._stopping.keys())
         follow -= skips
-        followed = self._standby.follows if self._standby is not None else frozenset()
-        if self._standby is None or follow != followed or skips != self._standby_skips:
+        keeps = self._schedules_kept(skips, follow)
+        running = self._standby
+        if (
+            running is None
+            or (follow, keeps, skips) != (running.follows, running.keeps, self._standby_skips)
+            or _short_of_stores(running)
+        ):
+            followed = running.follows if running is not None else frozenset()
             for shard in follow ^ followed:
                 SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
             self._stop_standby()  # it may follow shards now led here: it must stop writing them
             standby = self._supervise(
                 "standby", STANDBY, lambda health: self._make_standby(skips, follow, health)
             )
-            keeps = self._schedules_kept(skips, follow)
             self._standby, self._standby_skips = RunningStandby(standby, follow, keeps), skips
         for shard in sorted(owned - self.led):
             if self._still_stopping(shard):
@@ -207,8 +215,11 @@ class Conductor:
             return Freshness.CURRENT if started else Freshness.CATCHING_UP
         standby = self._standby
         if standby is not None and shard in standby.keeps:
-            caught_up = standby.supervisor.role is not None
-            return Freshness.CURRENT if caught_up else Freshness.CATCHING_UP
+            role = standby.supervisor.role  # None until caught up
+            if role is None:
+                return Freshness.CATCHING_UP
+            if shard in cast(Standby, role).kept:  # its store was free at the start
+                return Freshness.CURRENT
         return Freshness.CATCHING_UP if shard in self._claimed else Freshness.ELSEWHERE
 
     def standby_caught_up_once(self) -> bool:
@@ -289,6 +300,17 @@ class Conductor:
             # A role stuck in a Kafka call does not end; the watchdog sees it (it still "runs").
             if supervisor.stop(timeout_s=STOP_TIMEOUT_S):
                 self._watchdog.forget(supervisor.health)
+
+
+def _short_of_stores(standby: RunningStandby) -> bool:
+    """Has the standby run a while without some of the stores it is to keep (another worker of
+    this sidecar held them at its start)? Restarted then, it takes them."""
+    role = cast(Standby | None, standby.supervisor.role)
+    return (
+        role is not None
+        and role.kept != role.wanted
+        and time.monotonic() - role.started_at >= STANDBY_RETRY_S
+    )
 
 
 def _bound(make: Make, shard: int) -> Callable[[LoopHealth], Role]:

@@ -34,7 +34,7 @@ from foundation.kafka_probe import KafkaProbe
 from foundation.memory_trim import MemoryTrim
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF
-from foundation.store import shard_stores
+from foundation.store import Store, shard_stores
 from foundation.supervision import Watchdog
 from foundation.topics import TopicCache
 from revive.arrivals import ArrivalWatch
@@ -71,9 +71,11 @@ class Sidecar:
         self.producer_config = producer_config(settings)
         self.admin = admin_client(settings)
         self.probe = KafkaProbe(self.admin)
-        self.stores = shard_stores(settings.state_dir, [*SCHEDULE_CFS, OFFSETS_CF])
+        self.stores = shard_stores(
+            settings.state_dir, settings.shard_stores_dir, [*SCHEDULE_CFS, OFFSETS_CF]
+        )
         self.shard_map = ShardMap(1, 1)  # until the topics say how many shards there are
-        self.schedules = ScheduleIndex(self.stores.of, self.shard_map)
+        self.schedules = ScheduleIndex(self.stores, self.shard_map)
         self.api_producer = AsyncProducer(self.producer_config)
         self.topic_cache = TopicCache(self.api_producer, settings.kafka_timeout_ms / 1000)
         self.http = httpx.AsyncClient(limits=forwarding_limits(settings))
@@ -229,8 +231,7 @@ class Sidecar:
         s = self.settings
         self.shard_map = set_up(self.admin, s)
         self.schedules.shards = self.shard_map
-        if self.schedules.ensure_format(OFFSETS_CF, s.state_topic("schedules")):
-            log.info("local index cleared for this layout; rebuilding it from Kafka")
+        self.stores.on_open(self._check_format)
         self._topics_ready = True
         place = (0 if self._started is None else self._started.index, s.url)
         self.membership = Membership(
@@ -253,6 +254,7 @@ class Sidecar:
             ),
             self._owners,
             self.url,
+            place,
         )  # fmt: skip
         self._roles = roles
         self._conductor = Conductor(
@@ -274,6 +276,10 @@ class Sidecar:
             self.availability.parked, s.kafka_timeout_ms / 1000,
         )  # fmt: skip
         self._arrivals.start()
+
+    def _check_format(self, shard: int, store: Store) -> None:
+        if self.schedules.ensure_format(store, OFFSETS_CF, self.settings.state_topic("schedules")):
+            log.info("shard's index cleared for this layout; rebuilding it from Kafka", shard=shard)
 
     def _others_in_group(self) -> bool:
         """Are other members in the group, as last seen (refreshed every second)?"""

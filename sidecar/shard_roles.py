@@ -9,10 +9,11 @@ a refused record) and the pop state the standby hands to a shard's new pop servi
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from delay_service.leader import DelayDeps, DelayLeader
 from delay_service.schedule_follower import schedule_reading
+from foundation.state_follower import StateFollower
 from foundation.supervision import LoopHealth
 from revive.pop_follower import PopFollower
 from revive.replay import PopStateReader
@@ -24,9 +25,12 @@ Shards = frozenset[int]
 
 
 class ShardRoles:
-    def __init__(self, delay: DelayDeps, pop: PopDeps, owners: Owners, url: str) -> None:
+    def __init__(
+        self, delay: DelayDeps, pop: PopDeps, owners: Owners, url: str, place: tuple[int, str]
+    ) -> None:
         self._delay, self._pop = delay, pop
         self._owners, self._url = owners, url
+        self._index, self._home = place  # this worker's index among its sidecar's, the sidecar
         self._settings, self._shards = delay.settings, pop.shards
         self._pop_follower = PopFollower(pop.shards)
         self._refused: dict[int, dict[Hashable, str]] = {}  # per shard (see DelayLeader)
@@ -40,33 +44,51 @@ class ShardRoles:
     def next_to_take(self) -> Shards:
         """The shards this worker would take over next, so its standby keeps their pop state hot
         (the conductor leaves out those led here): those of the members its successor watch
-        probes (`Ring.watched`). Until the members are known, every shard."""
+        probes (`Ring.watched`) in other sidecars. A worker of this sidecar taking over from
+        another replays the shard's pop state from its floor (bounded), as one whose watched
+        member's shards moved elsewhere would: following a sibling's shards cost every worker of
+        a sidecar a second apply of its sibling's records. Until the members are known, every
+        shard."""
         ring = self._owners.ring
         if not ring.members:
             return frozenset(range(self._shards.shards))
-        return frozenset(s for member in ring.watched(self._url) for s in member.shards)
+        watched = (m for m in ring.watched(self._url) if m.home != self._home)
+        return frozenset(s for member in watched for s in member.shards)
 
     def schedules_kept(self, led: Shards, follow: Shards) -> Shards:
         """The shards whose schedules a standby keeps, given the shards whose roles run here and
-        those whose pop state it follows (`standby_schedules`)."""
-        if self._settings.standby_schedules == "all":
-            return frozenset(range(self._shards.shards)) - led
-        return follow
+        those whose pop state it follows (`standby_schedules`). With "all": the shards of other
+        sidecars, each kept by one worker of this sidecar (shard modulo workers), never those
+        a worker of this sidecar leads: their stores are on this machine's disk, and a worker of
+        it taking one over opens the folder its leader left (`delay_service.shard_store`)."""
+        if self._settings.standby_schedules == "next":
+            return follow
+        homes = {s: m.home for m in self._owners.ring.members for s in m.shards}
+        workers = self._settings.workers
+        return frozenset(
+            s
+            for s in range(self._shards.shards)
+            if s not in led and homes.get(s) != self._home and s % workers == self._index
+        )
 
     def standby(self, led: Shards, follow: Shards, health: LoopHealth) -> Standby:
         s, shards = self._settings, self._shards
-        followed = self.schedules_kept(led, follow)
-        follower = schedule_reading(
-            self._delay.client_config,
-            self._delay.index,
-            s.state_topic("schedules"),
-            # With "next", the API forwards calls about a schedule of a shard not followed here
-            # to that shard's owner (`api.schedules.owner_of`).
-            only=lambda _, partition: shards.of_partition(partition) in followed,
-        )
+
+        def reading(kept: Callable[[], Shards]) -> StateFollower:
+            return schedule_reading(
+                self._delay.client_config,
+                self._delay.index,
+                s.state_topic("schedules"),
+                # The API forwards calls about a schedule of a shard not kept here to that
+                # shard's owner (`api.schedules.owner_of`).
+                only=lambda _, partition: shards.of_partition(partition) in kept(),
+            )
+
         reader = PopStateReader(
             self._delay.client_config, s.state_topic("pop-state"), s.state_topic("pop-floor"),
             s.kafka_timeout_ms / 1000,
         )  # fmt: skip
         self._pop_follower.forget(frozenset(range(shards.shards)) - follow - led)
-        return Standby(follower, (self._pop_follower, reader, follow), health)
+        schedules = (self.schedules_kept(led, follow), reading)
+        pops = (self._pop_follower, reader, follow)
+        return Standby(self._delay.index.stores, schedules, pops, health)

@@ -1,20 +1,23 @@
 """The standby of a worker: it follows the shards led elsewhere, so a takeover starts hot.
 
-It applies their schedules to this worker's RocksDB index (those of every shard not led here, or
-with `standby_schedules = "next"` those it would take over next), and the pop state of the shards
-it would take over next to memory (`revive.pop_follower`). `sidecar.conductor` starts it, and
-restarts it whenever the shards to follow or to leave alone change.
+It applies the schedules of the shards it keeps (`ShardRoles.schedules_kept`) to their stores,
+which it holds meanwhile (a store another worker of this sidecar still holds is left out, and
+tried again when the conductor restarts the standby), and the pop state of the shards it would
+take over next to memory (`revive.pop_follower`). `sidecar.conductor` starts it, and restarts it
+whenever the shards to follow or to keep change.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import structlog
 from confluent_kafka import KafkaException
 
-from foundation.metrics import STANDBY_CPU
+from foundation.metrics import SHARD_SCHEDULES_KEPT, STANDBY_CPU
 from foundation.state_follower import StateFollower
+from foundation.store import ShardStores, StoreBusy
 from foundation.supervision import LoopHealth
 from revive.metrics import STANDBY_CHECKPOINTS
 from revive.pop_follower import PopFollower
@@ -24,27 +27,44 @@ log = structlog.get_logger(__name__)
 
 STANDBY_WAIT_S = 0.1  # a standby step's wait for schedule records when none have come
 RELEASED_EVERY_S = 2.0  # how often the standby forgets checkpoints their leaders released
+Shards = frozenset[int]
 
 
 class Standby:
-    """Follows shards led elsewhere: their schedules into RocksDB (those of every shard not led
-    here, or with `standby_schedules = "next"` those it would take over next), the pop state of
-    those it would take over next into memory (`revive.pop_follower`)."""
+    """Follows shards led elsewhere: the schedules of those it keeps into their stores, the pop
+    state of those it would take over next into memory (`revive.pop_follower`)."""
 
     def __init__(
         self,
-        follower: StateFollower,
-        pops: tuple[PopFollower, PopStateReader, frozenset[int]],
+        stores: ShardStores,
+        # The shards to keep, and a reading of the schedules of those `kept()` names.
+        schedules: tuple[Shards, Callable[[Callable[[], Shards]], StateFollower]],
+        pops: tuple[PopFollower, PopStateReader, Shards],
         health: LoopHealth,
     ) -> None:
-        self._follower, self._health = follower, health
+        self._stores, self._health = stores, health
+        self.wanted, reading = schedules
         self._pops, self._reader, self._shards = pops
+        self.kept: Shards = frozenset()  # the shards whose stores it holds (start)
+        self.started_at = time.monotonic()
+        self._follower = reading(lambda: self.kept)
         self._released_at = 0.0
 
     def start(self) -> None:
+        self.kept = frozenset(filter(self._hold, sorted(self.wanted)))
+        for shard in self.kept:
+            SHARD_SCHEDULES_KEPT.labels(str(shard)).set(1)
         self._follower.assign()  # from the stored positions (a former leader stored its own)
         self._pops.follow(self._reader, self._shards)
         self._follower.catch_up(timeout_s=300, beat=self._health.beat_unless_stopping)
+
+    def _hold(self, shard: int) -> bool:
+        try:
+            self._stores.acquire(shard)
+        except StoreBusy:  # another worker lets it go soon: kept from the next start on
+            log.info("shard's store held by another worker; not kept for now", shard=shard)
+            return False
+        return True
 
     def step(self) -> None:
         # The wait is on the schedules: a POST answered here waits until this index shows its
@@ -73,3 +93,7 @@ class Standby:
     def close(self) -> None:
         self._follower.close()
         self._reader.close()
+        for shard in self.kept:
+            SHARD_SCHEDULES_KEPT.labels(str(shard)).set(0)
+            self._stores.release(shard)
+        self.kept = frozenset()

@@ -15,6 +15,8 @@ from kafka_helpers import (
     assert_exactly_once,
     assert_never_early,
     buffer_record,
+    now_ms,
+    produce_one,
     wait_for,
 )
 
@@ -217,3 +219,13 @@ def readiness(url: str) -> str:
         return httpx.get(f"{url}/readyz", timeout=2).text
     except httpx.HTTPError as error:
         return f"unreachable: {error}"
+
+
+def produce_backlog(bootstrap: str, buffer: str, target: str, n: int) -> None:
+    """`n` schedules due in an hour (ids f0, f1, ...): a backlog a rebuilt index reads again."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    due = now_ms() + 3_600_000
+    for i in range(n):
+        key, value, headers = buffer_record(target, value=b"x", deliver_at=due, schedule_id=f"f{i}")
+        produce_one(producer, buffer, key, value, headers)
+    assert producer.flush(120) == 0

@@ -15,17 +15,13 @@ from datetime import datetime
 
 import httpx
 import pytest
-from confluent_kafka import Producer
 from kafka_helpers import (
-    buffer_record,
     fetch_quota,
     led_shards,
     metric_values,
-    now_ms,
-    produce_one,
     wait_for,
 )
-from load_helpers import DelayLoad
+from load_helpers import DelayLoad, produce_backlog
 
 from sidecar.process import HANDOVER_ON_STOP_S
 
@@ -53,15 +49,6 @@ def logged_at(log: str, event: str) -> float:
     """When a sidecar's log first says `event` (seconds since the epoch)."""
     line = next(line for line in log.splitlines() if f"] {event} " in line)
     return datetime.fromisoformat(line.split(" ", 1)[0]).timestamp()
-
-
-def produce_backlog(bootstrap: str, buffer: str, target: str, n: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    due = now_ms() + 3_600_000
-    for i in range(n):
-        key, value, headers = buffer_record(target, value=b"x", deliver_at=due, schedule_id=f"f{i}")
-        produce_one(producer, buffer, key, value, headers)
-    assert producer.flush(120) == 0
 
 
 def leader_of_a_backlog(sidecar_factory, new_topic, bootstrap: str) -> tuple:

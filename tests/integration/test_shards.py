@@ -33,11 +33,11 @@ from kafka_helpers import (
     wait_for,
 )
 from load_helpers import DelayLoad, PopLoad
+from store_helpers import held_stores
 
 from delay_service.schedules import COLUMN_FAMILIES, ScheduleIndex
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF
-from foundation.store import ShardStores
 from kpd_client import KpdClient, KpdError
 
 pytestmark = pytest.mark.timeout(600)
@@ -310,9 +310,9 @@ def test_schedule_calls_for_shards_a_sidecar_does_not_follow_go_to_their_owner(
         assert other.schedule(far)["state"] == "cancelled"
         assert other.schedule(near)["state"] == "scheduled"
     node.stop()  # its RocksDB holds the schedules of the shards it followed
-    stores = ShardStores(node.data_dir / "shards", [*COLUMN_FAMILIES, OFFSETS_CF])
+    stores = held_stores(node.data_dir / "shards", [*COLUMN_FAMILIES, OFFSETS_CF], SHARDS)
     try:
-        index = ScheduleIndex(stores.of, ShardMap(SHARDS, SHARDS))
+        index = ScheduleIndex(stores, ShardMap(SHARDS, SHARDS))
         kept_far = standby_schedules == "all"
         assert (index.find(far) is not None, index.find(near) is not None) == (kept_far, True)
     finally:

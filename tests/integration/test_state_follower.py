@@ -12,6 +12,7 @@ from pathlib import Path
 from confluent_kafka import Message, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from kafka_helpers import unique, wait_for
+from store_helpers import held_stores
 
 from delay_service.schedule_follower import schedule_reading
 from delay_service.schedules import COLUMN_FAMILIES, Schedule, ScheduleIndex, State
@@ -20,7 +21,7 @@ from devtools.broker_for_tests import topic_replication_from_env
 from foundation.kafka_clients import partition_end, state_consumer
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF, StateFollower
-from foundation.store import Batch, ShardStores, Store
+from foundation.store import Batch, Store
 
 
 class Applied:
@@ -147,8 +148,8 @@ def test_a_schedule_reading_takes_the_heads_fast_path_only_once_caught_up(
         for n in range(POSITION_EVERY + 6)
     ]
     produce(scheduled)
-    stores = ShardStores(tmp_path / "shards", [*COLUMN_FAMILIES, OFFSETS_CF])
-    index = ScheduleIndex(stores.of, ShardMap(1, 1))
+    stores = held_stores(tmp_path / "shards", [*COLUMN_FAMILIES, OFFSETS_CF], 1)
+    index = ScheduleIndex(stores, ShardMap(1, 1))
     fast: list[int] = []  # records staged by the fast path, per call
     staged = index.stage_followed
     monkeypatch.setattr(index, "stage_followed", lambda *a: fast.append(len(a[2])) or staged(*a))

@@ -41,6 +41,7 @@ class Fixture:
         self.standbys: list[tuple[frozenset[int], frozenset[int]]] = []  # (skipped, followed)
         self.standby_roles: list[HeldRole] = []
         self.standbys_start_at_once = True  # else each catches up when the test says so
+        self.short_of: frozenset[int] = frozenset()  # stores another worker holds
         self.keeps_all, self.standby_kind = keeps_all, standby_kind
         delay, pop = self._maker(delay_kind, "delay"), self._maker(pop_kind, "pop")
         roles = {"delay": delay, "pop": pop}
@@ -64,7 +65,12 @@ class Fixture:
         self, skipped: frozenset[int], follow: frozenset[int], _: LoopHealth
     ) -> SteppingRole:
         self.standbys.append((skipped, follow))
-        self.standby_roles.append(self.standby_kind("standby", -1))
+        role = self.standby_kind("standby", -1)
+        # As a `Standby` that found every store it is to keep free (`short_of` says otherwise).
+        role.wanted = self._kept(skipped, follow)  # type: ignore[attr-defined]
+        role.kept = role.wanted - self.short_of  # type: ignore[attr-defined]
+        role.started_at = time.monotonic()  # type: ignore[attr-defined]
+        self.standby_roles.append(role)
         if self.standbys_start_at_once:
             self.standby_roles[-1].may_start.set()
         return self.standby_roles[-1]
@@ -258,6 +264,36 @@ def test_the_index_is_current_where_a_started_role_or_a_caught_up_standby_keeps_
     wait_for(lambda: [g.conductor.freshness(s) for s in (0, 3)] == [current] * 2, 5, "started")
     assert [g.conductor.freshness(s) for s in (1, 2)] == [elsewhere] * 2
     g.conductor.stop()
+
+
+def test_a_standby_short_of_a_store_another_worker_held_answers_elsewhere_and_tries_again(
+    monkeypatch,
+) -> None:
+    """A store still held by another worker of the sidecar (its roles handing the shard over)
+    is left out of a standby's start: the index does not keep that shard, so the API asks the
+    owner, and the standby restarts after `STANDBY_RETRY_S` to take it, not before."""
+    monkeypatch.setattr(conductor, "STANDBY_RETRY_S", 0.3)
+    f = Fixture(keeps_all=True)
+    f.short_of = frozenset({3})
+    started = time.monotonic()
+    f.conductor.reconcile(frozenset({0}), frozenset())
+    wait_for(lambda: f.conductor.freshness(2) is Freshness.CURRENT, 5, "the standby caught up")
+    assert f.conductor.freshness(3) is Freshness.ELSEWHERE
+    f.short_of = frozenset()
+
+    def restarted() -> bool:
+        f.conductor.reconcile(frozenset({0}), frozenset())
+        return len(f.standbys) == 2
+
+    wait_for(restarted, 5, "the standby restarted")
+    assert time.monotonic() - started >= 0.3
+    wait_for(lambda: f.conductor.freshness(3) is Freshness.CURRENT, 5, "shard 3 kept now")
+    for _ in range(5):  # the store taken: no more restarts
+        f.conductor.reconcile(frozenset({0}), frozenset())
+    time.sleep(0.35)
+    f.conductor.reconcile(frozenset({0}), frozenset())
+    assert len(f.standbys) == 2
+    f.conductor.stop()
 
 
 class SlowStandby(HeldRole):

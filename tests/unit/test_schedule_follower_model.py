@@ -24,12 +24,12 @@ import pytest
 from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from store_helpers import held_stores
 
 from delay_service.schedule_follower import ScheduleFollower
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from foundation.shards import ShardMap
 from foundation.state_follower import stage_by_store
-from foundation.store import ShardStores
 
 DUE = 1_767_225_600_000
 HISTORIES = ("scheduled", "delivered", "cancelled", "cancelled first", "cancelled first, booked")
@@ -113,9 +113,9 @@ def test_the_index_ends_with_each_ids_latest_record(
     records, position, compacted, polls = topic
     back = data.draw(st.integers(0, min(read_again, position)), "how far a restart starts back")
     with TemporaryDirectory() as folder:
-        stores = ShardStores(Path(folder), ["schedule", "due"])
+        stores = held_stores(Path(folder), ["schedule", "due"], 2)
         try:
-            index = ScheduleIndex(stores.of, ShardMap(2, 2))
+            index = ScheduleIndex(stores, ShardMap(2, 2))
             follower = ScheduleFollower(index, read_again)
             apply(follower, list(enumerate(records[:position])))
             start = position

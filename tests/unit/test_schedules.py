@@ -13,12 +13,13 @@ import pytest
 from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
+from store_helpers import held_stores
 
 from delay_service.schedule_follower import ScheduleFollower
 from delay_service.schedules import Schedule, ScheduleIndex, State
 from foundation.shards import ShardMap
 from foundation.state_follower import stage_by_store
-from foundation.store import Batch, ShardStores
+from foundation.store import Batch
 
 DUE = 1_767_225_600_000
 
@@ -131,7 +132,7 @@ def state_message(schedule_id: str | None, value: bytes, partition: int) -> Mess
 def new_index(
     folder: Path, shards: ShardMap, kind: type[ScheduleIndex] = ScheduleIndex
 ) -> ScheduleIndex:
-    return kind(ShardStores(folder, ["schedule", "due"]).of, shards)
+    return kind(held_stores(folder, ["schedule", "due"], shards.shards), shards)
 
 
 def follow(index: ScheduleIndex, follower: ScheduleFollower, messages: list[Message]) -> None:

@@ -62,8 +62,9 @@ class FloorsReader:
 def test_a_failed_floors_lookup_skips_the_round_and_the_next_one_counts() -> None:
     reader = FloorsReader()
     pops = PopFollower(ShardMap(2, 2))
+    schedules = (frozenset[int](), lambda _: cast(Any, QuietFollower()))
     standby = Standby(
-        cast(Any, QuietFollower()), (pops, cast(Any, reader), frozenset()), cast(Any, None)
+        cast(Any, None), schedules, (pops, cast(Any, reader), frozenset()), cast(Any, None)
     )
     STANDBY_CHECKPOINTS.set(7)
 
@@ -85,7 +86,10 @@ def test_the_cpu_of_a_step_is_counted_and_its_waits_are_not() -> None:
     reader.failing = False
     pops = PopFollower(ShardMap(2, 2))
     follower = BusyFollower(cpu_s=0.05, wait_s=0.0)
-    standby = Standby(cast(Any, follower), (pops, cast(Any, reader), frozenset()), cast(Any, None))
+    schedules = (frozenset[int](), lambda _: cast(Any, follower))
+    standby = Standby(
+        cast(Any, None), schedules, (pops, cast(Any, reader), frozenset()), cast(Any, None)
+    )
     before = STANDBY_CPU._value.get()
     standby.step()
     assert 0.05 <= STANDBY_CPU._value.get() - before < 0.5
