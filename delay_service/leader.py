@@ -130,10 +130,10 @@ class DelayLeader:
         still deliver them (it goes on until fenced, `sidecar.conductor`), fence it, read the
         rest it left, then take over the shard's buffer and inbox partitions. A member whose
         index did not follow the shard thus reads most of it before the shard stops
-        delivering, not after. A store held by another worker of this sidecar is freed by the
-        fence, which then comes first (`delay_service.shard_store`). Given away before the
-        fence (`hand_over` while starting), the start ends there; after it, the start goes on,
-        and the leader delivers until the next owner fences it in turn."""
+        delivering, not after. A store another worker of this sidecar holds is waited for, and
+        freed by the fence if it must be, which then comes first (`delay_service.shard_store`).
+        Given away before the fence (`hand_over` while starting), the start ends there; after
+        it, the start goes on, and the leader delivers until the next owner fences it in turn."""
         fenced = take_store(self._index.stores, self.shard, self._fence, self._beat_unless_released)
         self._holds_store = True
         shards = self._index.shards

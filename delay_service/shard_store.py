@@ -3,11 +3,13 @@
 The workers of a sidecar share the shards' folders, and RocksDB lets one process at a time open
 one. Free (the shard's last holder was another sidecar, or a worker of this one that died), the
 store is taken as it is and read on from where its last writer left it. Held by another worker of
-this sidecar, it is that worker's delay role handing the shard over, delivering until fenced, or
-its standby about to drop the shard: the new role fences first, so the old one stops and lets go,
-and waits for that. A holder that does not let go in time is stopped (SIGSTOP, a hung machine)
-and may never: the role then rebuilds the shard's index from Kafka in a store of its own, as a
-worker of another sidecar would (DESIGN principle 1).
+this sidecar, it is that worker's standby, which lets the shard go once its view of the group
+shows the move (about a second), or that worker's delay role handing the shard over, which
+delivers until fenced. The new role waits a while for the store without fencing anyone, so that
+the shard's old owner, wherever it is, delivers meanwhile; then it fences, which ends a handing
+over role here and frees its store. A holder that does not let go even then is stopped (SIGSTOP,
+a hung machine) and may never: the role then rebuilds the shard's index from Kafka in a store of
+its own, as a worker of another sidecar would (DESIGN principle 1).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from foundation.store import ShardStores, StoreBusy
 
 log = structlog.get_logger(__name__)
 
+UNFENCED_WAIT_S = 3.0  # a standby lets go within its view's refresh (1 s) and a restart
 HOLDER_RELEASE_S = 5.0  # a fenced delay role ends within a fence probe (0.5 s) and a reconcile
 RETRY_S = 0.05
 
@@ -31,27 +34,39 @@ def take_store(
     shard: int,
     fence: Callable[[], None],
     beat: Callable[[], None],
-    release_s: float = HOLDER_RELEASE_S,
+    waits_s: tuple[float, float] = (UNFENCED_WAIT_S, HOLDER_RELEASE_S),
 ) -> bool:
     """Hold the shard's store for its delay role; True if `fence()` was called to free it."""
+    unfenced_s, fenced_s = waits_s
     try:
         stores.acquire(shard)
         return False
     except StoreBusy:
-        log.info("shard's store held by another worker; fencing it first", shard=shard)
+        log.info("shard's store held by another worker; waiting for it", shard=shard)
+    if _acquired(stores, shard, unfenced_s, beat):
+        return False
+    log.info("shard's store still held by another worker; fencing", shard=shard)
     fence()
-    deadline = time.monotonic() + release_s
-    while time.monotonic() < deadline:
-        beat()
-        time.sleep(RETRY_S)
-        try:
-            stores.acquire(shard)
-            return True
-        except StoreBusy:
-            continue
+    if _acquired(stores, shard, fenced_s, beat):
+        return True
     log.warning(
-        "shard's store still held; rebuilding its index from Kafka", shard=shard, waited_s=release_s
+        "shard's store still held; rebuilding its index from Kafka", shard=shard, waited_s=fenced_s
     )
     metrics.STORES_REBUILT.inc()
     stores.acquire_private(shard)
     return True
+
+
+def _acquired(stores: ShardStores, shard: int, wait_s: float, beat: Callable[[], None]) -> bool:
+    """Hold the store within `wait_s`, trying every `RETRY_S`; False if another process held
+    it all along."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            stores.acquire(shard)
+            return True
+        except StoreBusy:
+            if time.monotonic() >= deadline:
+                return False
+        beat()
+        time.sleep(RETRY_S)

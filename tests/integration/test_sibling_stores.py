@@ -53,11 +53,14 @@ def sidecar_with_a_backlog(sidecar_factory, new_topic, bootstrap: str):
 
 
 def test_each_shard_is_kept_by_one_worker_of_each_other_sidecar_and_none_of_its_own(
-    sidecar_factory,
+    sidecar_factory, new_topic, kafka_bootstrap
 ):
     """Two sidecars of two workers: a shard's schedules are kept in a standby by one worker of
     the sidecar that does not lead it, by none of the one that does (its leader's store is on
-    that machine), and no worker follows the pop state of its sibling's shards."""
+    that machine), and no worker follows the pop state of its sibling's shards. When b stops
+    under load, its shards move to a's workers, each taking its store from a's worker that kept
+    it or finding it free: b delivers until fenced, so no delivery is late by a second, and no
+    store is rebuilt."""
     a = sidecar_factory("a", workers="2", **SESSION).start()
     wait_for(lambda: led_shards(a) == set(range(SHARDS)), 60, "a leads every shard")
     assert standby_shards(a) == set()  # its workers' only other member is a sibling
@@ -77,6 +80,20 @@ def test_each_shard_is_kept_by_one_worker_of_each_other_sidecar_and_none_of_its_
     wait_for(kept_elsewhere, 30, "each shard kept once, by the sidecar that does not lead it")
     assert standby_shards(a) | standby_shards(b) <= set(range(SHARDS))
     assert not standby_shards(a) & led_shards(a) and not standby_shards(b) & led_shards(b)
+    target = new_topic("moving", config={"message.timestamp.type": "LogAppendTime"})
+    with DelayLoad(kafka_bootstrap, a.env["KPD_BUFFER_TOPIC"], target) as delay:
+        wait_for(lambda: len(delay.acknowledged) > 100, 60, "load flowing")
+        assert b.terminate(signal.SIGTERM) == 0
+        wait_for(lambda: led_shards(a) == set(range(SHARDS)), 30, "a leads every shard")
+        left = len(delay.acknowledged)
+        wait_for(lambda: len(delay.acknowledged) > left + 150, 60, "load after b left")
+    messages = delay.assert_delivered(quiet_s=3.0)
+    late = sorted(m.timestamp()[1] - int(dict(m.headers())["kpd-deliver-at"]) for m in messages)
+    waited = a.log_path.read_text().count("held by another worker; waiting")
+    print(f"\nb stopped: lateness at the broker p50 {late[len(late) // 2]} ms, max {late[-1]} ms; "
+          f"{waited} starts waited for a sibling's store")  # fmt: skip
+    assert total(a, "kpd_shard_stores_rebuilt_total") == 0
+    assert late[-1] < 1000
 
 
 def test_a_killed_workers_shards_are_taken_over_by_its_sibling_from_the_stores_it_left(

@@ -1,0 +1,85 @@
+"""How a delay role takes its shard's store from another worker of its sidecar (real RocksDB;
+two `ShardStores` over one folder stand for the two workers)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from delay_service import metrics
+from delay_service.shard_store import take_store
+from foundation.store import ShardStores
+
+WAITS_S = (0.4, 0.4)  # unfenced, then fenced
+
+
+def put(stores: ShardStores, shard: int, value: bytes) -> None:
+    batch = stores.of(shard).batch()
+    batch.put("x", b"k", value)
+    stores.of(shard).write(batch)
+
+
+def test_a_free_store_is_taken_at_once_as_its_last_holder_left_it(tmp_path: Path) -> None:
+    old, new = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
+    old.acquire(1)
+    put(old, 1, b"written before")
+    old.release(1)
+    fences: list[float] = []
+    started = time.monotonic()
+    assert take_store(new, 1, lambda: fences.append(1), lambda: None, WAITS_S) is False
+    assert time.monotonic() - started < 0.2 and fences == []
+    assert new.of(1).get("x", b"k") == b"written before"
+    new.close()
+
+
+def test_a_standby_letting_go_on_its_own_is_waited_for_without_a_fence(tmp_path: Path) -> None:
+    """A sibling's standby drops the shard once it sees the move: the shard's old owner,
+    delivering meanwhile, is not fenced before the new role has its store."""
+    standby, new = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
+    standby.acquire(2)
+    put(standby, 2, b"kept by the standby")
+    threading.Timer(0.2, standby.release, (2,)).start()
+    fences: list[float] = []
+    assert take_store(new, 2, lambda: fences.append(1), lambda: None, WAITS_S) is False
+    assert fences == []
+    assert new.of(2).get("x", b"k") == b"kept by the standby"
+    new.close()
+
+
+def test_a_handing_over_role_is_fenced_and_then_its_store_taken(tmp_path: Path) -> None:
+    """A sibling's delay role handing the shard over delivers until fenced, and lets its store
+    go only then."""
+    old, new = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
+    old.acquire(0)
+    put(old, 0, b"delivered until fenced")
+
+    def fence() -> None:
+        threading.Timer(0.1, old.release, (0,)).start()  # the fenced role ends, and closes
+
+    rebuilt = metrics.STORES_REBUILT._value.get()
+    assert take_store(new, 0, fence, lambda: None, WAITS_S) is True
+    assert new.of(0).get("x", b"k") == b"delivered until fenced"
+    assert metrics.STORES_REBUILT._value.get() == rebuilt
+    new.close()
+    old.close()
+
+
+def test_a_holder_that_never_lets_go_leaves_a_rebuild_in_a_store_of_its_own(tmp_path: Path) -> None:
+    """A paused sibling keeps its lock through the fence: after both waits the role rebuilds the
+    shard in a private store, which starts empty; beats go on all the while."""
+    paused, new = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
+    paused.acquire(3)
+    put(paused, 3, b"locked away")
+    fences: list[float] = []
+    beats: list[float] = []
+    rebuilt = metrics.STORES_REBUILT._value.get()
+    started = time.monotonic()
+    assert take_store(new, 3, lambda: fences.append(time.monotonic()), lambda: beats.append(1),
+                      WAITS_S) is True  # fmt: skip
+    assert fences[0] - started >= WAITS_S[0] and time.monotonic() - fences[0] >= WAITS_S[1]
+    assert len(beats) >= 10
+    assert new.of(3).path.name.startswith("shard-3.") and new.of(3).get("x", b"k") is None
+    assert metrics.STORES_REBUILT._value.get() == rebuilt + 1
+    new.close()
+    paused.close()
