@@ -179,10 +179,7 @@ class ScheduleIndex:
 
     def get_many(self, shard: int, schedule_ids: list[str]) -> list[Schedule | None]:
         found = self.store(shard).get_many(SCHEDULE_CF, [sid.encode() for sid in schedule_ids])
-        return [
-            None if data is None else Schedule.decode(sid, data)
-            for sid, data in zip(schedule_ids, found, strict=True)
-        ]
+        return [_decoded(sid, data) for sid, data in zip(schedule_ids, found, strict=True)]
 
     def stage(
         self,

@@ -38,11 +38,9 @@ def take_store(
 ) -> bool:
     """Hold the shard's store for its delay role; True if `fence()` was called to free it."""
     unfenced_s, fenced_s = waits_s
-    try:
-        stores.acquire(shard)
+    if _acquired(stores, shard, 0.0, beat):
         return False
-    except StoreBusy:
-        log.info("shard's store held by another worker; waiting for it", shard=shard)
+    log.info("shard's store held by another worker; waiting for it", shard=shard)
     if _acquired(stores, shard, unfenced_s, beat):
         return False
     log.info("shard's store still held by another worker; fencing", shard=shard)

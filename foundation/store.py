@@ -199,9 +199,7 @@ class ShardStores:
                 self._held[shard] = (store, holders - 1)
                 return
             del self._held[shard]
-            store.close()
-            if store.path.name != f"shard-{shard}":
-                shutil.rmtree(store.path, ignore_errors=True)
+            _close(shard, store)
 
     def of(self, shard: int) -> Store:
         """The store of a shard held here. Raises `NotHeld` otherwise."""
@@ -209,9 +207,6 @@ class ShardStores:
         if held is None:
             raise NotHeld(f"shard {shard}'s store is not held here")
         return held[0]
-
-    def held(self) -> frozenset[int]:
-        return frozenset(self._held)
 
     @contextmanager
     def borrowed(self, shard: int) -> Iterator[Store]:
@@ -242,9 +237,7 @@ class ShardStores:
     def close(self) -> None:
         with self._lock:
             for shard, (store, _) in self._held.items():
-                store.close()
-                if store.path.name != f"shard-{shard}":
-                    shutil.rmtree(store.path, ignore_errors=True)
+                _close(shard, store)
             self._held.clear()
 
     def _open(self, shard: int, folder: Path) -> Store:
@@ -261,6 +254,13 @@ class ShardStores:
         for check in self._on_open:
             check(shard, store)
         return store
+
+
+def _close(shard: int, store: Store) -> None:
+    """Close a shard's store; a private one (`acquire_private`) is dropped too."""
+    store.close()
+    if store.path.name != f"shard-{shard}":
+        shutil.rmtree(store.path, ignore_errors=True)
 
 
 def _drop_private_folders(folder: Path) -> None:

@@ -57,7 +57,8 @@ class Conductor:
         self,
         watchdog: Watchdog,
         roles: dict[str, Make],  # "delay" / "pop" -> make(shard, health)
-        standby: Callable[[Shards, Shards, LoopHealth], Standby],  # (skipped, follow)
+        # (skipped, follow, keeps) -> the standby
+        standby: Callable[[Shards, Shards, Shards, LoopHealth], Standby],
         schedules_kept: Callable[[Shards, Shards], Shards],  # (skipped, follow) -> by the standby
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
@@ -113,7 +114,7 @@ class Conductor:
                 SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
             self._stop_standby()  # it may follow shards now led here: it must stop writing them
             standby = self._supervise(
-                "standby", STANDBY, lambda health: self._make_standby(skips, follow, health)
+                "standby", STANDBY, lambda health: self._make_standby(skips, follow, keeps, health)
             )
             self._standby, self._standby_skips = RunningStandby(standby, follow, keeps), skips
         for shard in sorted(owned - self.led):

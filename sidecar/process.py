@@ -76,6 +76,8 @@ class Sidecar:
         )
         self.shard_map = ShardMap(1, 1)  # until the topics say how many shards there are
         self.schedules = ScheduleIndex(self.stores, self.shard_map)
+        # Roles open stores only once the topics say how many shards there are (`_set_up`).
+        self.stores.on_open(self._check_format)
         self.api_producer = AsyncProducer(self.producer_config)
         self.topic_cache = TopicCache(self.api_producer, settings.kafka_timeout_ms / 1000)
         self.http = httpx.AsyncClient(limits=forwarding_limits(settings))
@@ -231,7 +233,6 @@ class Sidecar:
         s = self.settings
         self.shard_map = set_up(self.admin, s)
         self.schedules.shards = self.shard_map
-        self.stores.on_open(self._check_format)
         self._topics_ready = True
         place = (0 if self._started is None else self._started.index, s.url)
         self.membership = Membership(

@@ -71,7 +71,9 @@ class ShardRoles:
             if s not in led and homes.get(s) != self._home and s % workers == self._index
         )
 
-    def standby(self, led: Shards, follow: Shards, health: LoopHealth) -> Standby:
+    def standby(self, led: Shards, follow: Shards, keeps: Shards, health: LoopHealth) -> Standby:
+        """A standby following the pop state of `follow` and keeping the schedules of `keeps`
+        (`schedules_kept`, as the conductor worked it out), with `led` run here."""
         s, shards = self._settings, self._shards
 
         def reading(kept: Callable[[], Shards]) -> StateFollower:
@@ -89,6 +91,6 @@ class ShardRoles:
             s.kafka_timeout_ms / 1000,
         )  # fmt: skip
         self._pop_follower.forget(frozenset(range(shards.shards)) - follow - led)
-        schedules = (self.schedules_kept(led, follow), reading)
+        schedules = (keeps, reading)
         pops = (self._pop_follower, reader, follow)
         return Standby(self._delay.index.stores, schedules, pops, health)
