@@ -29,6 +29,7 @@ from api.pop_bodies import (
     SettleAnswer,
 )
 from api.pop_router import WATCH, PopRouter
+from api.pop_turns import CLIENTS_POP_HERE
 from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.settle_router import settle
@@ -63,14 +64,17 @@ async def pop(
         available = await router_.watch(group, topic, body.wait_ms)
         return _json({"messages": [], "available": available})
     invisible_ms = body.invisible_ms or node.settings.group(group).invisible_ms
-    started = time.perf_counter()
+    forwarded, started = is_forwarded(request), time.perf_counter()
     try:
         popped = await router_.pop(
-            group, topic, body.max_messages, invisible_ms, body.wait_ms, is_forwarded(request)
+            group, topic, body.max_messages, invisible_ms, body.wait_ms, forwarded
         )
     finally:
         REQUEST_SECONDS.labels("pop").observe(time.perf_counter() - started)
-    answer = _json({"messages": popped.messages})
+    payload: dict[str, Any] = {"messages": popped.messages}
+    if forwarded:  # tell the peer whether clients pop this (group, topic) here
+        payload[CLIENTS_POP_HERE] = router_.turns.clients_pop_here(group, topic)
+    answer = _json(payload)
     if popped.elsewhere and _through_shared_port(request, node):
         # This worker's lanes had nothing and another worker's had: the client's next call
         # comes on a new connection, which the kernel may give to a worker with records. Few

@@ -2,16 +2,14 @@
 
 Each (group, topic, partition) lane belongs to one shard (`foundation.shards`), served by the
 worker that leads it. A pop asks the sources of its (group, topic), local shards and remote
-owners, until it has `max_messages`: its own shards first (a forwarded pop costs a second HTTP
-call, and so does every ack of what it leased), one other owner only when its own lanes have
-nothing, and first on one pop in `REMOTE_FIRST_EVERY`, so no lane starves whichever sidecar or
-worker clients talk to (RocketMQ 5 clients pop every broker in turn). A pop answers with fewer
-than `max_messages` rather than forward for the rest, as SQS does. A pop that had to lease
-elsewhere because this worker's lanes were empty says so (`Popped.elsewhere`): the API then asks
-a client of the shared port to reconnect, so its connection may land on a worker with records.
-A source that cannot answer (a shard's role restarting, an owner away) fails only itself: the
-call answers what the others leased, and fails only when none leased anything. With nothing
-anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
+owners, until it has `max_messages`: its own shards first, one other owner only when its own
+lanes have nothing, and first now and then, so no lane starves (`api.pop_turns`). A pop answers
+with fewer than `max_messages` rather than forward for the rest, as SQS does. A pop that had to
+lease elsewhere because this worker's lanes were empty says so (`Popped.elsewhere`): the API
+then asks a client of the shared port to reconnect, so its connection may land on a worker with
+records. A source that cannot answer (a shard's role restarting, an owner away) fails only
+itself: the call answers what the others leased, and fails only when none leased anything. With
+nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
 long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message.
 Calls forwarded by a peer are answered from local shards only. Acks, nacks, lease changes and
 rejects: `api.settle_router`.
@@ -21,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from api.availability import until
 from api.forwarding import forward, segment
 from api.node import Node
+from api.pop_turns import PopTurns
 from api.problems import leadership_moving
 from api.shard_answers import ANSWER_TIMEOUT_S, LATE_ASKS_S, busy, shard_answer
 from api.topic_lookups import partition_count
@@ -37,13 +36,6 @@ from revive.service import PopService
 
 WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
 Source = PopService | str  # a local shard's service, or a remote owner's URL
-# One pop in this many asks the other owners before this worker's own shards. Rarer means fewer
-# forwarded calls while local lanes have records (4 workers, batch 100: 156 forwarded pops instead
-# of 572-595, BENCHMARKS.md 2026-11-25 12:40); a lane no client reaches directly is still served
-# at 1/8 of the pops of each sidecar that clients do reach.
-REMOTE_FIRST_EVERY = 8
-L = TypeVar("L")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -57,7 +49,7 @@ class Popped:
 class PopRouter:
     def __init__(self, node: Node) -> None:
         self._node = node
-        self._turns: dict[tuple[str, str], int] = {}
+        self.turns = PopTurns()
 
     # -- pop -------------------------------------------------------------------------------
 
@@ -65,6 +57,8 @@ class PopRouter:
         self, group: str, topic: str, wanted: int, invisible_ms: int, wait_ms: int, local: bool
     ) -> Popped:
         deadline = time.monotonic() + wait_ms / 1000
+        if not local:
+            self.turns.client_pop(group, topic)
         while True:
             sources = await self._sources(group, topic, local)
             popped = await self._collect(group, topic, wanted, invisible_ms, sources)
@@ -130,7 +124,6 @@ class PopRouter:
     async def _collect(
         self, group: str, topic: str, wanted: int, invisible_ms: int, sources: list[Source]
     ) -> Popped:
-        turn = self._turns[(group, topic)] = self._turns.get((group, topic), -1) + 1
         local = [source for source in sources if isinstance(source, PopService)]
         remote = [source for source in sources if isinstance(source, str)]
         found: list[dict[str, Any]] = []
@@ -140,7 +133,7 @@ class PopRouter:
         # One bound for the round, not one per source: a worker whose shards all hang (their
         # threads blocked on a Kafka call) answered a pop after 30 s per shard.
         ends = time.monotonic() + ANSWER_TIMEOUT_S
-        for source in visit_order(local, remote, turn):
+        for source in self.turns.order(group, topic, local, remote):
             left = wanted - len(found)
             if left <= 0 or (failed is not None and found):
                 # What some sources leased is the caller's: failing the call would leave it
@@ -194,6 +187,7 @@ class PopRouter:
     ) -> list[dict[str, Any]]:
         body = {"max_messages": wanted, "invisible_ms": invisible_ms, "wait_ms": 0}
         answer = await forward(self._node, "pop", url, pop_path(group, topic), body)
+        self.turns.heard(url, group, topic, answer)
         return list(answer["messages"])
 
     async def _park(self, group: str, topic: str, sources: list[Source], left_s: float) -> None:
@@ -248,21 +242,6 @@ class PopRouter:
                 *(forward(node, "stats", url, path, None) for url in sorted(urls))
             )
         return _merge_stats(parts)
-
-
-def visit_order(local: Sequence[L], remote: Sequence[R], turn: int) -> list[L | R]:
-    """The order in which pop number `turn` of a (group, topic) asks its sources: this worker's
-    shards, then the other owners, except on every `REMOTE_FIRST_EVERY`-th turn, which asks the
-    others first. Each list rotates, so every source is asked first in its turn."""
-    local_turn = turn - (turn + 1) // REMOTE_FIRST_EVERY  # local shards' own count of turns
-    if turn % REMOTE_FIRST_EVERY == REMOTE_FIRST_EVERY - 1:
-        return [*_rotated(remote, turn // REMOTE_FIRST_EVERY), *_rotated(local, local_turn)]
-    return [*_rotated(local, local_turn), *_rotated(remote, turn)]
-
-
-def _rotated(items: Sequence[L], turn: int) -> list[L]:
-    start = turn % len(items) if items else 0
-    return [*items[start:], *items[:start]]
 
 
 def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
@@ -22,6 +23,7 @@ from kafka_helpers import (
     wait_for,
 )
 
+from api.pop_turns import CLIENTS_SEEN_S, REMOTE_FIRST_EVERY
 from kpd_client import KpdClient
 
 
@@ -125,3 +127,50 @@ def test_a_pop_its_worker_leased_elsewhere_asks_the_client_to_reconnect(
         assert len(answer.json()["messages"]) == 1
         assert metric_values(http)["kpd_pop_forwarded_total{call=pop}"] == before + 1
         assert answer.headers.get("connection") != "close"
+
+
+def test_a_worker_asks_the_other_first_only_while_no_client_pops_there(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """A worker asks its own shards first, and the other worker first on one pop in
+    REMOTE_FIRST_EVERY, so that lanes no client reaches do not starve. Lanes that clients pop at
+    their own worker need no such turn (`api.pop_turns`): a worker told so asks the other first
+    again only once CLIENTS_SEEN_S has passed. A group that clients pop at one worker only keeps
+    every such turn."""
+    base = two_free_ports()
+    sidecar = sidecar_factory("w", workers="2", shards="4", worker_port_base=str(base)).start()
+    wait_for(lambda: led_shards(sidecar) == {0, 1, 2, 3}, 60, "the workers lead every shard")
+    topic, partitions, pops = new_topic("work", partitions=8), 8, 240
+    # 8 partitions over 4 shards: every shard serves lanes of each group (`lane_partition`).
+    both, one = unique("g"), unique("g")
+    producer = make_producer(kafka_bootstrap)
+    for partition in range(partitions):
+        produce_all(producer, topic, [(None, b"j", [])] * (pops // 2), partition=partition)
+    body = {"max_messages": 1, "invisible_ms": 600_000, "wait_ms": 5000}  # waits while reading
+
+    def popper(port: int, group: str, count: int = pops) -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            for _ in range(count):
+                answer = http.post(f"/v1/groups/{group}/topics/{topic}/pop", json=body)
+                assert len(answer.json()["messages"]) == 1, answer.text
+
+    def forwarded_pops() -> float:
+        with sidecar.client() as http:  # both workers' counts, summed
+            return metric_values(http).get("kpd_pop_forwarded_total{call=pop}", 0.0)
+
+    for port in (base, base + 1):  # each worker's shards read `both` (the first pops wait)
+        popper(port, both, 1)
+    before, started = forwarded_pops(), time.monotonic()
+    with ThreadPoolExecutor(2) as pool:  # clients pop `both` at each worker's own port
+        list(pool.map(popper, (base, base + 1), (both, both)))
+    elapsed_s, forwarded = time.monotonic() - started, forwarded_pops() - before
+    # Per worker: turns before the other's first word, then one turn per CLIENTS_SEEN_S.
+    bound = 2 * (2 + elapsed_s / CLIENTS_SEEN_S)
+    every_turn = 2 * (pops // REMOTE_FIRST_EVERY)
+    print(f"\n{forwarded:.0f} pops forwarded of {2 * pops} in {elapsed_s:.1f} s")
+    assert bound < every_turn, f"too slow to tell: {2 * pops} pops took {elapsed_s:.1f} s"
+    assert forwarded <= bound
+    before = forwarded_pops()
+    popper(base, one)  # clients pop `one` at worker 0 only: worker 1's lanes get every turn
+    # (and a first pop that found nothing read yet may have asked worker 1 more)
+    assert forwarded_pops() - before >= pops // REMOTE_FIRST_EVERY

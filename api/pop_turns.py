@@ -1,0 +1,90 @@
+"""Which source a pop asks first: this worker's shards, or another owner of the (group, topic).
+
+A pop asks its own shards first: a forwarded pop costs a second HTTP call, and so does every ack
+of what it leased. But a lane that no client reaches directly must not starve, whichever sidecar
+or worker the clients talk to (RocketMQ 5 clients pop every broker in turn). So one pop in
+`REMOTE_FIRST_EVERY` asks the other owners first.
+
+An owner whose own clients pop the (group, topic) needs no such turn: they drain its lanes,
+since it asks its own shards first too. Its answers to forwarded pops say so
+(`CLIENTS_POP_HERE`: a client popped the (group, topic) there within `CLIENTS_SEEN_S`). For
+`CLIENTS_SEEN_S` after such an answer, the turns that would ask it first ask this worker's shards
+first. Once that has passed, a turn asks it first again, and its answer says whether its clients
+still come. With one port in front of two workers that clients reached alike, those turns
+forwarded 12% of the pops, and 7-12% of the acks followed them (BENCHMARKS.md, 2026-11-30 03:51).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, TypeVar
+
+# One pop in this many asks the other owners before this worker's own shards. Rarer means fewer
+# forwarded calls while local lanes have records (4 workers, batch 100: 156 forwarded pops instead
+# of 572-595, BENCHMARKS.md 2026-11-25 12:40); a lane no client reaches directly is still served
+# at 1/8 of the pops of each sidecar that clients do reach.
+REMOTE_FIRST_EVERY = 8
+# How long a client's pop of a (group, topic) counts as its clients still popping it there. Long
+# enough to span the gaps between a steady client's pops; short, since a lane whose clients left
+# waits that long for its first remote-first turn.
+CLIENTS_SEEN_S = 1.0
+CLIENTS_POP_HERE = "clients_pop_here"  # the field of an answer to a forwarded pop that says so
+L = TypeVar("L")
+R = TypeVar("R")
+
+
+class PopTurns:
+    """The turns of this worker's pops, and which owners' clients pop each (group, topic)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._turns: dict[tuple[str, str], int] = {}
+        self._client_pops: dict[tuple[str, str], float] = {}  # when a client last popped here
+        self._popped_there: dict[tuple[str, str, str], float] = {}  # ... at the owner (url)
+
+    def client_pop(self, group: str, topic: str) -> None:
+        """A client, not a peer, popped (group, topic) at this worker."""
+        self._client_pops[(group, topic)] = self._clock()
+
+    def clients_pop_here(self, group: str, topic: str) -> bool:
+        return self._recent(self._client_pops.get((group, topic)))
+
+    def heard(self, url: str, group: str, topic: str, answer: dict[str, Any]) -> None:
+        """The owner at `url` answered a pop forwarded to it: do its clients pop there?"""
+        key = (group, topic, url)
+        if answer.get(CLIENTS_POP_HERE) is True:
+            self._popped_there[key] = self._clock()
+        else:
+            self._popped_there.pop(key, None)
+
+    def order(
+        self, group: str, topic: str, local: Sequence[L], remote: Sequence[str]
+    ) -> list[L | str]:
+        """The order in which this pop of (group, topic) asks its sources (`visit_order`)."""
+        turn = self._turns[(group, topic)] = self._turns.get((group, topic), -1) + 1
+        served = {u for u in remote if self._recent(self._popped_there.get((group, topic, u)))}
+        return visit_order(local, remote, turn, served)
+
+    def _recent(self, at: float | None) -> bool:
+        return at is not None and self._clock() - at < CLIENTS_SEEN_S
+
+
+def visit_order(
+    local: Sequence[L], remote: Sequence[R], turn: int, served: Collection[R] = ()
+) -> list[L | R]:
+    """The order in which pop number `turn` of a (group, topic) asks its sources: this worker's
+    shards, then the other owners, except on every `REMOTE_FIRST_EVERY`-th turn, which asks the
+    others first, those whose own clients pop it (`served`) apart. Each list rotates, so every
+    source is asked first in its turn."""
+    local_turn = turn - (turn + 1) // REMOTE_FIRST_EVERY  # local shards' own count of turns
+    if turn % REMOTE_FIRST_EVERY == REMOTE_FIRST_EVERY - 1:
+        owners = _rotated(remote, turn // REMOTE_FIRST_EVERY)
+        unserved = [owner for owner in owners if owner not in served]
+        return [*unserved, *_rotated(local, local_turn), *(o for o in owners if o in served)]
+    return [*_rotated(local, local_turn), *_rotated(remote, turn)]
+
+
+def _rotated(items: Sequence[L], turn: int) -> list[L]:
+    start = turn % len(items) if items else 0
+    return [*items[start:], *items[:start]]
