@@ -9,10 +9,10 @@ have run until the fresh broker's JIT compiler is quiet (`bench/broker_jit.py`, 
     burst drain (deliveries/s) and pop+ack at batch 100 (msgs/s), as ratios to 1 worker (the
     latest 1-worker run: `--workers 1,2,1,2` pairs); the CPU split (each kpd process, with its
     librdkafka threads' part, their standbys' part, the broker, and the machine's steal,
-    core-seconds per 1,000 records; the burst's from its due instant on, the wait before it
-    apart) and each worker's share of the work (from the delivery log's `node`); the burst's
-    delay commits; and the fixed cost: each process's CPU over 10 s with nothing to do, after
-    the pop phase;
+    core-seconds per 1,000 records, and the cores the machine left idle, which one worker more
+    could have used; the burst's from its due instant on, the wait before it apart) and each
+    worker's share of the work (from the delivery log's `node`); the burst's delay commits;
+    and the fixed cost: each process's CPU over 10 s with nothing to do, after the pop phase;
   * failover: SIGKILL of a sidecar under a steady due load, 2 sidecars with the broker's stock
     session timeout (6 s): time until the killed sidecar's shards deliver again, p50 and max;
   * takeover: the time from SIGKILL of a pop leader to the first pop answered by its standby,

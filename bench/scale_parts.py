@@ -204,18 +204,22 @@ class CpuSnapshot(NamedTuple):
     """CPU seconds so far of each worker (with its librdkafka threads' part), and of: their
     standbys (part of the workers'), the broker, and steal, time this VM's cores were ready to
     run and the host ran something else (`/proc/stat`), a cost of the machine, not of the
-    processes measured. Taken from files, not over HTTP: a capped worker busy with a burst took
-    seconds to answer /metrics, and a phase measured from its answer started late."""
+    processes measured. Also the machine's idle seconds (idle and iowait, all cores) and the time
+    (monotonic): what CPU the machine had left, which a worker more could have used. Taken from
+    files, not over HTTP: a capped worker busy with a burst took seconds to answer /metrics, and
+    a phase measured from its answer started late."""
 
     workers: WorkerCpu
     others: np.ndarray
+    idle: tuple[float, float]  # the machine's idle core-seconds so far, and when
 
     @classmethod
     def take(cls, sidecar: Sidecar, broker: int) -> CpuSnapshot:
         with open("/proc/stat") as stat:
-            steal_s = int(stat.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+            ticks = [int(field) / os.sysconf("SC_CLK_TCK") for field in stat.readline().split()[1:]]
         workers, broker_s = sidecar.cpu(), process_cpu_s(broker)
-        return cls(workers, np.array([sidecar.standby_cpu_s(), broker_s, steal_s]))
+        others = np.array([sidecar.standby_cpu_s(), broker_s, ticks[7]])  # ticks[7]: steal
+        return cls(workers, others, (ticks[3] + ticks[4], time.monotonic()))
 
     def split(self, later: CpuSnapshot, n: int) -> str:
         """Each worker's CPU per 1,000 records (in brackets, librdkafka's threads' part of it),
@@ -228,9 +232,10 @@ class CpuSnapshot(NamedTuple):
         kpd = " + ".join(f"{c:.3f} ({rdk:.3f})" for c, rdk in per_k)
         total = sum(c for c, _ in per_k)
         standby, broker, steal = (later.others - self.others) * 1000 / n
+        idle_s, wall_s = (b - a for a, b in zip(self.idle, later.idle, strict=True))
         return (
             f"kpd {kpd} = {total:.3f} (standby {standby:.3f}), broker {broker:.3f}, "
-            f"steal {steal:.3f} core-s/1k"
+            f"steal {steal:.3f} core-s/1k; machine idle {idle_s / wall_s:.2f} cores"
         )
 
 

@@ -181,6 +181,7 @@ class DelayLeader:
         if self._holds_store:
             self._holds_store = False
             self._index.stores.release(self.shard)
+            self._index.stores.claims.unclaim(self.shard)  # after: a standby may take it now
         # Another node reports them now.
         for gauge in (metrics.PENDING, metrics.DUE_BACKLOG, metrics.WINDOW_HELD):
             gauge.labels(str(self.shard)).set(0)

@@ -3,13 +3,14 @@
 The workers of a sidecar share the shards' folders, and RocksDB lets one process at a time open
 one. Free (the shard's last holder was another sidecar, or a worker of this one that died), the
 store is taken as it is and read on from where its last writer left it. Held by another worker of
-this sidecar, it is that worker's standby, which lets the shard go once its view of the group
-shows the move (about a second), or that worker's delay role handing the shard over, which
-delivers until fenced. The new role waits a while for the store without fencing anyone, so that
-the shard's old owner, wherever it is, delivers meanwhile; then it fences, which ends a handing
-over role here and frees its store. A holder that does not let go even then is stopped (SIGSTOP,
-a hung machine) and may never: the role then rebuilds the shard's index from Kafka in a store of
-its own, as a worker of another sidecar would (DESIGN principle 1).
+this sidecar, it is that worker's standby, which lets the shard go once the role has claimed it
+(`foundation.store_claims`; within a reconcile, 0.1 s, and the standby's restart), or that
+worker's delay role handing the shard over, which delivers until fenced. The new role waits a
+while for the store without fencing anyone, so that the shard's old owner, wherever it is,
+delivers meanwhile; then it fences, which ends a handing over role here and frees its store. A
+holder that does not let go even then is stopped (SIGSTOP, a hung machine) and may never: the
+role then rebuilds the shard's index from Kafka in a store of its own, as a worker of another
+sidecar would (DESIGN principle 1).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from foundation.store import ShardStores, StoreBusy
 
 log = structlog.get_logger(__name__)
 
-UNFENCED_WAIT_S = 3.0  # a standby lets go within its view's refresh (1 s) and a restart
+UNFENCED_WAIT_S = 3.0  # a standby lets go of a claimed store within a reconcile and a restart
 HOLDER_RELEASE_S = 5.0  # a fenced delay role ends within a fence probe (0.5 s) and a reconcile
 RETRY_S = 0.05
 
@@ -36,7 +37,23 @@ def take_store(
     beat: Callable[[], None],
     waits_s: tuple[float, float] = (UNFENCED_WAIT_S, HOLDER_RELEASE_S),
 ) -> bool:
-    """Hold the shard's store for its delay role; True if `fence()` was called to free it."""
+    """Hold the shard's store for its delay role, claimed (`foundation.store_claims`; the role
+    drops the claim when it lets the store go); True if `fence()` was called to free it."""
+    stores.claims.claim(shard)  # a sibling's standby holding the store lets it go
+    try:
+        return _taken(stores, shard, fence, beat, waits_s)
+    except BaseException:  # given away while waiting (`StopRequested`), or the fence failed
+        stores.claims.unclaim(shard)
+        raise
+
+
+def _taken(
+    stores: ShardStores,
+    shard: int,
+    fence: Callable[[], None],
+    beat: Callable[[], None],
+    waits_s: tuple[float, float],
+) -> bool:
     unfenced_s, fenced_s = waits_s
     if _acquired(stores, shard, 0.0, beat):
         return False

@@ -18,6 +18,7 @@ from pathlib import Path
 import rocksdict
 
 from foundation.processes import alive
+from foundation.store_claims import StoreClaims
 
 # Memtables are RocksDB's main memory cost: 64 MB x 2 per column family by default, with no cap
 # across families (measured: RSS grew to 430 MB at 5M schedules). Small memtables and one shared
@@ -168,6 +169,7 @@ class ShardStores:
         self._on_open: list[Callable[[int, Store], None]] = []
         self._lock = threading.Lock()  # the roles' and the API's threads hold stores
         _drop_private_folders(folder)
+        self.claims = StoreClaims(folder / "claims")  # which shards siblings' roles hold
 
     def acquire(self, shard: int) -> Store:
         """Hold `shard`'s store, opening it if no one here holds it yet. Raises `StoreBusy` if

@@ -60,15 +60,21 @@ class ShardRoles:
         those whose pop state it follows (`standby_schedules`). With "all": the shards of other
         sidecars, each kept by one worker of this sidecar (shard modulo workers), never those
         a worker of this sidecar leads: their stores are on this machine's disk, and a worker of
-        it taking one over opens the folder its leader left (`delay_service.shard_store`)."""
+        it taking one over opens the folder its leader left (`delay_service.shard_store`). In
+        either mode, none that another worker of this sidecar has claimed for a role since, as
+        an early takeover does before the group shows the move (`foundation.store_claims`)."""
+        claimed = self._delay.index.stores.claims.elsewhere()
         if self._settings.standby_schedules == "next":
-            return follow
+            return follow - claimed
         homes = {s: m.home for m in self._owners.ring.members for s in m.shards}
         workers = self._settings.workers
         return frozenset(
             s
             for s in range(self._shards.shards)
-            if s not in led and homes.get(s) != self._home and s % workers == self._index
+            if s not in led
+            and s not in claimed
+            and homes.get(s) != self._home
+            and s % workers == self._index
         )
 
     def standby(self, led: Shards, follow: Shards, keeps: Shards, health: LoopHealth) -> Standby:

@@ -65,6 +65,42 @@ def test_each_shard_is_kept_by_one_worker_of_each_other_sidecar_and_none_of_its_
     wait_for(lambda: led_shards(a) == set(range(SHARDS)), 60, "a leads every shard")
     assert standby_shards(a) == set()  # its workers' only other member is a sibling
     wait_for(lambda: sum(kept_by_shard(a).values()) == 0, 30, "no shard kept by a sibling")
+    b = placed_beside(a, sidecar_factory)
+    # The ring a0, b0, a1, b1: each worker watches one of the other sidecar's, and follows its pop
+    # state.
+    crossed = lambda: standby_shards(a) == led_shards(b) and standby_shards(b) == led_shards(a)  # noqa: E731
+    wait_for(crossed, 30, "each sidecar following the pop state of the other's shards")
+    late, _ = lateness_as_b_goes(a, b, signal.SIGTERM, new_topic, kafka_bootstrap)
+    assert total(a, "kpd_shard_stores_rebuilt_total") == 0
+    assert late < 1000
+    # b's roles dropped their claims as they let their stores go (`foundation.store_claims`).
+    assert list((b.data_dir / "shards" / "claims").iterdir()) == []
+
+
+def test_a_killed_sidecars_shards_take_their_stores_from_the_siblings_standby_at_once(
+    sidecar_factory, new_topic, kafka_bootstrap
+):
+    """SIGKILL of sidecar b under load: a's workers take its shards on silence, long before the
+    group's session (30 s here) shows the move. A shard kept by the sibling of the worker that
+    takes it is claimed (`foundation.store_claims`), so the sibling's standby lets its store go
+    at once: no start after the kill waits out the unfenced wait, none rebuilds a store, and no
+    delivery is as late as the failover goal's bound (5 s). Before claims, such a start fenced
+    after 3 s, waited 5 s more and rebuilt the shard."""
+    a = sidecar_factory("a", workers="2", **SESSION).start()
+    wait_for(lambda: led_shards(a) == set(range(SHARDS)), 60, "a leads every shard")
+    b = placed_beside(a, sidecar_factory)
+    late, logged = lateness_as_b_goes(a, b, signal.SIGKILL, new_topic, kafka_bootstrap)
+    assert "taking over a silent sidecar's shards" in logged
+    assert "still held by another worker; fencing" not in logged
+    assert total(a, "kpd_shard_stores_rebuilt_total") == 0
+    assert late < 5000
+    claims = (a.data_dir / "shards" / "claims").iterdir()
+    assert {int(claim.name.split(".")[0]) for claim in claims} == set(range(SHARDS))
+
+
+def placed_beside(a, sidecar_factory):
+    """Sidecar b of two workers, started beside a: two shards led by each, and each shard kept
+    by one worker of the sidecar that does not lead it, by none of the one that does."""
     b = sidecar_factory("b", workers="2", **SESSION).start()
     wait_for(lambda: len(led_shards(a)) == len(led_shards(b)) == 2, 60, "two shards each")
 
@@ -78,24 +114,27 @@ def test_each_shard_is_kept_by_one_worker_of_each_other_sidecar_and_none_of_its_
         return True
 
     wait_for(kept_elsewhere, 30, "each shard kept once, by the sidecar that does not lead it")
-    # The ring a0, b0, a1, b1: each worker watches one of the other sidecar's, and follows its pop
-    # state.
-    crossed = lambda: standby_shards(a) == led_shards(b) and standby_shards(b) == led_shards(a)  # noqa: E731
-    wait_for(crossed, 30, "each sidecar following the pop state of the other's shards")
+    return b
+
+
+def lateness_as_b_goes(a, b, sig: signal.Signals, new_topic, bootstrap: str) -> tuple[int, str]:
+    """Send `sig` to sidecar b under load until a leads every shard: the worst lateness at the
+    broker of the load (exactly once, never early), and what a logged from the signal on."""
     target = new_topic("moving", config={"message.timestamp.type": "LogAppendTime"})
-    with DelayLoad(kafka_bootstrap, a.env["KPD_BUFFER_TOPIC"], target) as delay:
+    with DelayLoad(bootstrap, a.env["KPD_BUFFER_TOPIC"], target) as delay:
         wait_for(lambda: len(delay.acknowledged) > 100, 60, "load flowing")
-        assert b.terminate(signal.SIGTERM) == 0
+        logged = len(a.log_path.read_text())
+        assert b.terminate(sig) == (0 if sig == signal.SIGTERM else -sig)
         wait_for(lambda: led_shards(a) == set(range(SHARDS)), 30, "a leads every shard")
         left = len(delay.acknowledged)
         wait_for(lambda: len(delay.acknowledged) > left + 150, 60, "load after b left")
     messages = delay.assert_delivered(quiet_s=3.0)
     late = sorted(m.timestamp()[1] - int(dict(m.headers())["kpd-deliver-at"]) for m in messages)
-    waited = a.log_path.read_text().count("held by another worker; waiting")
-    print(f"\nb stopped: lateness at the broker p50 {late[len(late) // 2]} ms, max {late[-1]} ms; "
-          f"{waited} starts waited for a sibling's store")  # fmt: skip
-    assert total(a, "kpd_shard_stores_rebuilt_total") == 0
-    assert late[-1] < 1000
+    since = a.log_path.read_text()[logged:]
+    waited = since.count("held by another worker; waiting")
+    print(f"\nb sent {sig.name}: lateness at the broker p50 {late[len(late) // 2]} ms, max "
+          f"{late[-1]} ms; {waited} starts waited for a sibling's store")  # fmt: skip
+    return late[-1], since
 
 
 def test_a_killed_workers_shards_are_taken_over_by_its_sibling_from_the_stores_it_left(

@@ -3,15 +3,24 @@ two `ShardStores` over one folder stand for the two workers)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from delay_service import metrics
 from delay_service.shard_store import take_store
 from foundation.store import ShardStores
+from foundation.supervision import StopRequested
 
 WAITS_S = (0.4, 0.4)  # unfenced, then fenced
+
+
+def claim_of(folder: Path, shard: int) -> Path:
+    """The claim a role of this process makes (`foundation.store_claims`)."""
+    return folder / "claims" / f"{shard}.{os.getpid()}"
 
 
 def put(stores: ShardStores, shard: int, value: bytes) -> None:
@@ -39,12 +48,38 @@ def test_a_standby_letting_go_on_its_own_is_waited_for_without_a_fence(tmp_path:
     standby, new = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
     standby.acquire(2)
     put(standby, 2, b"kept by the standby")
-    threading.Timer(0.2, standby.release, (2,)).start()
+    claimed: list[bool] = []
+
+    def let_go() -> None:  # as the standby's worker does once it sees the claim
+        claimed.append(claim_of(tmp_path, 2).exists())
+        standby.release(2)
+
+    threading.Timer(0.2, let_go).start()
     fences: list[float] = []
     assert take_store(new, 2, lambda: fences.append(1), lambda: None, WAITS_S) is False
-    assert fences == []
+    assert fences == [] and claimed == [True]
     assert new.of(2).get("x", b"k") == b"kept by the standby"
+    assert claim_of(tmp_path, 2).exists()  # the role holds it: dropped when it lets go
     new.close()
+
+
+def test_a_role_given_away_while_it_waits_drops_its_claim(tmp_path: Path) -> None:
+    """The shard moved on while the role waited for the store: the sibling's standby may keep
+    it again."""
+    standby, new = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
+    standby.acquire(4)
+    beats: list[bool] = []
+
+    def beat() -> None:
+        beats.append(claim_of(tmp_path, 4).exists())
+        if len(beats) == 3:
+            raise StopRequested("delay-4")
+
+    with pytest.raises(StopRequested):
+        take_store(new, 4, lambda: None, beat, WAITS_S)
+    assert beats == [True] * 3
+    assert not claim_of(tmp_path, 4).exists()
+    standby.close()
 
 
 def test_a_handing_over_role_is_fenced_and_then_its_store_taken(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_each_shard_has_a_store_of_its_own_that_survives_reopen(tmp_path: Path) 
         stores.of(2)
     stores.close()
     assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == [
-        "shard-0", "shard-1", "shard-3"
+        "claims", "shard-0", "shard-1", "shard-3"
     ]  # fmt: skip
     reopened = ShardStores(tmp_path / "shards", ["x"])
     assert [reopened.acquire(s).get("x", b"k") for s in (0, 1, 3)] == [b"shard 0", None, b"shard 3"]
