@@ -62,7 +62,8 @@ async def pop(
     router_ = _router(request)
     if request.headers.get(WATCH):  # a peer's long poll: how many records wait, nothing leased
         available = await router_.watch(group, topic, body.wait_ms)
-        return _json({"messages": [], "available": available})
+        here = router_.turns.clients_pop_here(group, topic)
+        return _json({"messages": [], "available": available, CLIENTS_POP_HERE: here})
     invisible_ms = body.invisible_ms or node.settings.group(group).invisible_ms
     forwarded, started = is_forwarded(request), time.perf_counter()
     try:

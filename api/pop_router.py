@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +34,11 @@ from revive.requests import PopRequest
 from revive.service import PopService
 
 WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
+WATCH_S = 20.0  # how long a watch waits at the owner (the longest pop wait)
+# Records that come while this worker's own clients pop the (group, topic) are theirs for this
+# long before a peer's watch is told of them: a parked client here takes one in about a
+# millisecond, and a peer told of it would only send a pop too late to find it.
+LEFT_FOR_CLIENTS_S = 0.01
 Source = PopService | str  # a local shard's service, or a remote owner's URL
 
 
@@ -50,6 +54,7 @@ class PopRouter:
     def __init__(self, node: Node) -> None:
         self._node = node
         self.turns = PopTurns()
+        self._watches: dict[tuple[str, str, str], asyncio.Task[None]] = {}
 
     # -- pop -------------------------------------------------------------------------------
 
@@ -59,13 +64,14 @@ class PopRouter:
         deadline = time.monotonic() + wait_ms / 1000
         if not local:
             self.turns.client_pop(group, topic)
+        told: set[str] = set()  # owners whose watch said they have records
         while True:
             sources = await self._sources(group, topic, local)
-            popped = await self._collect(group, topic, wanted, invisible_ms, sources)
+            popped = await self._collect(group, topic, wanted, invisible_ms, sources, told)
             left = deadline - time.monotonic()
             if popped.messages or left <= 0:
                 return popped
-            await self._park(group, topic, sources, left)
+            told = await self._park(group, topic, sources, left)
 
     async def watch(self, group: str, topic: str, wait_ms: int) -> int:
         """For a peer: wait until local lanes of (group, topic) hold records; how many."""
@@ -92,6 +98,11 @@ class PopRouter:
                 service.inbox.wake()
             while True:
                 count = sum(service.fetchers.available(group, topic) for service in services)
+                if count and self.turns.clients_pop_here(group, topic):
+                    # This worker's own clients get the first go at what came: the peer is
+                    # told only of what they leave.
+                    await asyncio.sleep(LEFT_FOR_CLIENTS_S)
+                    count = sum(service.fetchers.available(group, topic) for service in services)
                 left = deadline - time.monotonic()
                 if count or left <= 0:
                     return count
@@ -122,7 +133,13 @@ class PopRouter:
         return sources
 
     async def _collect(
-        self, group: str, topic: str, wanted: int, invisible_ms: int, sources: list[Source]
+        self,
+        group: str,
+        topic: str,
+        wanted: int,
+        invisible_ms: int,
+        sources: list[Source],
+        told: set[str],
     ) -> Popped:
         local = [source for source in sources if isinstance(source, PopService)]
         remote = [source for source in sources if isinstance(source, str)]
@@ -133,7 +150,7 @@ class PopRouter:
         # One bound for the round, not one per source: a worker whose shards all hang (their
         # threads blocked on a Kafka call) answered a pop after 30 s per shard.
         ends = time.monotonic() + ANSWER_TIMEOUT_S
-        for source in self.turns.order(group, topic, local, remote):
+        for source in self.turns.order(group, topic, local, remote, told):
             left = wanted - len(found)
             if left <= 0 or (failed is not None and found):
                 # What some sources leased is the caller's: failing the call would leave it
@@ -171,7 +188,7 @@ class PopRouter:
         whose lanes show records is asked, within the round's `LATE_ASKS_S`."""
         fetchers = service.fetchers
         known = fetchers.knows(group, topic)
-        if known and not fetchers.available(group, topic):
+        if known and not fetchers.worth_asking(group, topic):
             return []
         left_s = ends - time.monotonic()
         if left_s <= 0:
@@ -190,27 +207,43 @@ class PopRouter:
         self.turns.heard(url, group, topic, answer)
         return list(answer["messages"])
 
-    async def _park(self, group: str, topic: str, sources: list[Source], left_s: float) -> None:
-        """Until a local lane gets records, or a remote owner says it has some, or `left_s`."""
+    async def _park(self, group: str, topic: str, sources: list[Source], left_s: float) -> set[str]:
+        """Until a local lane gets records, or a remote owner says it has some, or `left_s`;
+        the owners that said so."""
         services = [s for s in sources if isinstance(s, PopService)]
+        # The arrival watch reads the parked poll's partitions from where each fetcher got to
+        # (`revive.arrivals`), so what came since the last look wakes its shard.
         with self._node.availability.waiting(group, topic) as arrived:
-            for service in services:
-                service.inbox.wake()
-            if any(service.fetchers.available(group, topic) for service in services):
-                return  # arrived since the last look
-            waits: list[Awaitable[Any]] = [arrived.wait()]
-            path = pop_path(group, topic)
-            for url in (s for s in sources if isinstance(s, str)):
-                body = {"max_messages": 1, "wait_ms": int(left_s * 1000)}
-                waits.append(
-                    forward(self._node, "watch", url, path, body, {WATCH: "1"}, wait_s=left_s)
-                )
-            tasks = [asyncio.ensure_future(wait) for wait in waits]
+            if any(service.fetchers.worth_asking(group, topic) for service in services):
+                return set()  # arrived since the last look
+            here = asyncio.ensure_future(arrived.wait())
+            watches = {
+                url: self._watch(url, group, topic) for url in sources if isinstance(url, str)
+            }
             try:
-                await asyncio.wait(tasks, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    [here, *watches.values()], timeout=left_s, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
-                for task in tasks:
-                    task.cancel()
+                here.cancel()  # the watches are shared: they run on for the other polls
+        return {url for url, watch in watches.items() if watch.done()}
+
+    def _watch(self, url: str, group: str, topic: str) -> asyncio.Task[None]:
+        """The watch of (group, topic) at the owner at `url`: one at a time, shared by every
+        poll parked here meanwhile, so a park costs no call of its own. It ends when the owner
+        has records its own clients left (`watch`), fails, or its WATCH_S run out."""
+        key = (url, group, topic)
+        task = self._watches.get(key)
+        if task is None:
+            task = self._watches[key] = asyncio.ensure_future(self._watched(url, group, topic))
+            task.add_done_callback(lambda _: self._watches.pop(key, None))
+        return task
+
+    async def _watched(self, url: str, group: str, topic: str) -> None:
+        body = {"max_messages": 1, "wait_ms": int(WATCH_S * 1000)}
+        path = pop_path(group, topic)
+        answer = await forward(self._node, "watch", url, path, body, {WATCH: "1"}, wait_s=WATCH_S)
+        self.turns.heard(url, group, topic, answer)
 
     # -- stats -----------------------------------------------------------------------------
 

@@ -6,12 +6,14 @@ or worker the clients talk to (RocketMQ 5 clients pop every broker in turn). So 
 `REMOTE_FIRST_EVERY` asks the other owners first.
 
 An owner whose own clients pop the (group, topic) needs no such turn: they drain its lanes,
-since it asks its own shards first too. Its answers to forwarded pops say so
+since it asks its own shards first too. Its answers to forwarded pops and watches say so
 (`CLIENTS_POP_HERE`: a client popped the (group, topic) there within `CLIENTS_SEEN_S`). For
-`CLIENTS_SEEN_S` after such an answer, the turns that would ask it first ask this worker's shards
-first. Once that has passed, a turn asks it first again, and its answer says whether its clients
-still come. With one port in front of two workers that clients reached alike, those turns
-forwarded 12% of the pops, and 7-12% of the acks followed them (BENCHMARKS.md, 2026-11-30 03:51).
+`CLIENTS_SEEN_S` after such an answer, it is *served*: a pop asks it only on a remote-first
+turn, and last, or once its watch says it has records its clients left
+(`api.pop_router.PopRouter.watch`). Asked on every turn, each message that came there while this
+worker's clients waited cost three calls between the workers (the watch's answer, a pop
+forwarded too late to find it, a new watch). Once that has passed, a turn asks it first again,
+and its answer says whether its clients still come.
 """
 
 from __future__ import annotations
@@ -59,11 +61,21 @@ class PopTurns:
             self._popped_there.pop(key, None)
 
     def order(
-        self, group: str, topic: str, local: Sequence[L], remote: Sequence[str]
+        self,
+        group: str,
+        topic: str,
+        local: Sequence[L],
+        remote: Sequence[str],
+        told: Collection[str] = (),
     ) -> list[L | str]:
-        """The order in which this pop of (group, topic) asks its sources (`visit_order`)."""
+        """The order in which this pop of (group, topic) asks its sources (`visit_order`); the
+        owners whose watch said they have records (`told`) count as not served."""
         turn = self._turns[(group, topic)] = self._turns.get((group, topic), -1) + 1
-        served = {u for u in remote if self._recent(self._popped_there.get((group, topic, u)))}
+        served = {
+            url
+            for url in remote
+            if url not in told and self._recent(self._popped_there.get((group, topic, url)))
+        }
         return visit_order(local, remote, turn, served)
 
     def _recent(self, at: float | None) -> bool:
@@ -74,15 +86,15 @@ def visit_order(
     local: Sequence[L], remote: Sequence[R], turn: int, served: Collection[R] = ()
 ) -> list[L | R]:
     """The order in which pop number `turn` of a (group, topic) asks its sources: this worker's
-    shards, then the other owners, except on every `REMOTE_FIRST_EVERY`-th turn, which asks the
-    others first, those whose own clients pop it (`served`) apart. Each list rotates, so every
-    source is asked first in its turn."""
+    shards, then the other owners but those whose own clients pop it (`served`), except on every
+    `REMOTE_FIRST_EVERY`-th turn, which asks the unserved owners first and the served ones last.
+    Each list rotates, so every source is asked first in its turn."""
     local_turn = turn - (turn + 1) // REMOTE_FIRST_EVERY  # local shards' own count of turns
     if turn % REMOTE_FIRST_EVERY == REMOTE_FIRST_EVERY - 1:
         owners = _rotated(remote, turn // REMOTE_FIRST_EVERY)
         unserved = [owner for owner in owners if owner not in served]
         return [*unserved, *_rotated(local, local_turn), *(o for o in owners if o in served)]
-    return [*_rotated(local, local_turn), *_rotated(remote, turn)]
+    return [*_rotated(local, local_turn), *(o for o in _rotated(remote, turn) if o not in served)]
 
 
 def _rotated(items: Sequence[L], turn: int) -> list[L]:

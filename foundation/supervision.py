@@ -55,6 +55,7 @@ class LoopHealth:
         self.stop_requested = False  # set by the supervisor's stop (`beat_unless_stopping`)
         self.released = False  # set by the supervisor's release: the shard is another's now
         self.in_fence = False  # inside `fencing`: an init_transactions may still fence others
+        self.idle = False  # inside `waiting`: blocked for input, which is no stall
 
     @property
     def name(self) -> str:
@@ -88,6 +89,17 @@ class LoopHealth:
         finally:
             self.in_fence = False
 
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Around a wait for input with no bound (a role whose next deadline is far off): the
+        watchdog counts no quiet time meanwhile, and the loop beats when it wakes."""
+        self.idle = True
+        try:
+            yield
+        finally:
+            self.idle = False
+            self.beat()
+
     def handling(self, topic: str, partition: int, offset: int) -> None:
         # Called per record: kept as a tuple, spelled out only when a log names it.
         self.current = (topic, partition, offset)
@@ -101,7 +113,7 @@ class LoopHealth:
         return f"{topic}/{partition}@{offset}"
 
     def quiet_s(self, now: float) -> float:
-        return now - self.last_beat if self.running else 0.0
+        return now - self.last_beat if self.running and not self.idle else 0.0
 
     def stack(self) -> str:
         """Where the loop's thread is now: the call a stalled loop is stuck in."""
@@ -121,6 +133,13 @@ class Role(Protocol):
     def step(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Wakes(Protocol):
+    """A role whose wait between steps has no bound: its stop must end that wait."""
+
+    def wake(self) -> None: ...
 
 
 @runtime_checkable
@@ -179,6 +198,9 @@ class Supervisor:
         """Ask the role to stop after its step (or its start's next beat), without waiting."""
         self.health.stop_requested = True
         self._stop.set()
+        role = self._starting
+        if isinstance(role, Wakes):
+            role.wake()
 
     def stop(self, timeout_s: float) -> bool:
         """`request_stop`, then wait; False if the role did not end within `timeout_s`."""

@@ -12,13 +12,14 @@ partition) belongs to one shard), never rebalanced: only the shard's leader read
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from foundation.kafka_clients import HELD_FETCH_MS, state_consumer
+from foundation.kafka_clients import HELD_FETCH_MS, consume_ready, state_consumer
 from revive.copies import Provenance, trusted_or_flagged
 from revive.source_record import SourceRecord
 
@@ -71,6 +72,9 @@ class GroupFetcher:
         self._by_origin: dict[str, list[LaneKey]] = {}  # origin topic -> its lanes
         self._buffered: dict[tuple[str, int], int] = {}
         self._paused: set[tuple[str, int]] = set()
+        # The offset after the last record the consumer handed over, per partition (read by the
+        # arrival watch from its thread: one dict lookup).
+        self._handed: dict[tuple[str, int], int] = {}
 
     def add_topic(self, topic: str, timeout_s: float) -> None:
         """Start reading `topic` (and, the first time, the retry topic) from committed offsets."""
@@ -101,22 +105,42 @@ class GroupFetcher:
         wanted = (topic, self.retry_topic)
         return [(tp.topic, tp.partition) for tp in list(self.assignment) if tp.topic in wanted]
 
-    def fetch(self) -> set[str]:
-        """Move what the consumer has prefetched into lanes; never blocks. Returns the origin
-        topics that got records (a pop of one of them may find something now)."""
+    def next_offset(self, topic: str, partition: int) -> int:
+        """Where this partition's next record for the lanes is: after the last one the consumer
+        handed over, else where reading started (OFFSET_BEGINNING when no offset was
+        committed)."""
+        handed = self._handed.get((topic, partition))
+        if handed is not None:
+            return handed
+        start = self.committed.get((topic, partition), -1)
+        return start if start >= 0 else OFFSET_BEGINNING
+
+    def fetch(self, until: dict[tuple[str, int], int] | None = None, wait_s: float = 0) -> set[str]:
+        """Move what the consumer has prefetched into lanes. Blocks only for the records of
+        `until` ((topic, partition) -> offset, records another consumer saw there), up to
+        `wait_s`. Returns the origin topics that got records (a pop of one of them may find
+        something now)."""
         arrived: set[str] = set()
         for _ in range(FETCH_CHUNKS):
             messages = self.consumer.consume(num_messages=FETCH_CHUNK, timeout=0)
             self._sort(messages, arrived)
             if len(messages) < FETCH_CHUNK:
                 break
+        if until:
+            deadline = time.monotonic() + wait_s
+            while (left := deadline - time.monotonic()) > 0 and self._behind(until):
+                self._sort(consume_ready(self.consumer, FETCH_CHUNK, left), arrived)
         return arrived
+
+    def _behind(self, until: dict[tuple[str, int], int]) -> bool:
+        return any(self._handed.get(tp, -1) <= offset for tp, offset in until.items())
 
     def _sort(self, messages: list[Message], arrived: set[str]) -> None:
         for message in messages:
             if message.error() is not None:
                 continue
             record = SourceRecord.of(message)
+            self._handed[(record.topic, record.partition)] = record.offset + 1
             found = trusted_or_flagged(record, self.retry_topic)
             origin = UNTRUSTED if found.distrust else found.origin.topic
             key = (lane_name(record.topic, origin), record.partition)
@@ -148,6 +172,18 @@ class GroupFetcher:
             len(self._lanes[key]) for key in lanes if retries is None or ("/" in key[0]) == retries
         )
 
+    def unread(self, topic: str) -> bool:
+        """Has the consumer fetched records for pops of `topic` that it has not handed over yet?
+        Its position (past a transaction's marker too) against its last fetch's high watermark:
+        no call to the broker. Called from any thread."""
+        wanted = [tp for tp in list(self.assignment) if tp.topic in (topic, self.retry_topic)]
+        for tp in self.consumer.position(wanted) if wanted else ():
+            low, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            at = tp.offset if tp.offset >= 0 else self.next_offset(tp.topic, tp.partition)
+            if high > max(at, low, 0):
+                return True
+        return False
+
     def cursor(self, topic: str, partition: int) -> int:
         """The next offset of this partition not yet handed out (buffered ones included)."""
         heads = [
@@ -171,7 +207,7 @@ class GroupFetcher:
             origin: [key for key in keys if key in self._lanes]
             for origin, keys in self._by_origin.items()
         }
-        for held in (self.committed, self._buffered):
+        for held in (self.committed, self._buffered, self._handed):
             for tp in [tp for tp in held if tp[0] in gone]:
                 del held[tp]
         self._paused = {tp for tp in self._paused if tp[0] not in gone}

@@ -7,7 +7,7 @@ Only the pop service thread changes them; HTTP handlers and the arrival watch re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
@@ -22,6 +22,7 @@ from revive.resume import GroupResumer
 log = structlog.get_logger(__name__)
 
 RESUME_THREADS = 8  # inherited groups whose fetchers are made at once (`revive.resume`)
+Watched = tuple[str, int, str, int]  # (topic, partition, group, offset its fetcher reached)
 
 
 class GroupFetchers:
@@ -32,6 +33,7 @@ class GroupFetchers:
         shard: tuple[ShardMap, int],  # the shard map, and the shard served here
         state: PopState,
         topic_cache: TopicCache,
+        wake: Callable[[], None],  # the service's thread: an inherited group's fetcher is ready
     ) -> None:
         self._settings = settings
         self._client_config, self._admin = clients
@@ -40,17 +42,19 @@ class GroupFetchers:
         self._timeout_s = settings.kafka_timeout_ms / 1000
         self.by_group: dict[str, GroupFetcher] = {}
         # The fetchers of the groups the replayed ledgers name, made off the service thread.
-        self._resumer: GroupResumer[GroupFetcher] = GroupResumer(RESUME_THREADS)
+        self._resumer: GroupResumer[GroupFetcher] = GroupResumer(RESUME_THREADS, wake)
 
     # -- read from any thread --------------------------------------------------------------
 
-    def watched(self, awaited: Iterable[tuple[str, str]]) -> list[tuple[str, int]]:
-        """The partitions read here for the awaited (group, topic)s."""
-        found: list[tuple[str, int]] = []
+    def watched(self, awaited: Iterable[tuple[str, str]]) -> list[Watched]:
+        """The partitions read here for the awaited (group, topic)s, each with its group and
+        the offset its fetcher has reached (`GroupFetcher.next_offset`)."""
+        found: list[Watched] = []
         for group, topic in awaited:
             fetcher = self.by_group.get(group)
             if fetcher is not None and topic in fetcher.topics:
-                found += fetcher.partitions_of(topic)
+                partitions = fetcher.partitions_of(topic)
+                found += [(t, p, group, fetcher.next_offset(t, p)) for t, p in partitions]
         return found
 
     def knows(self, group: str, topic: str) -> bool:
@@ -62,6 +66,12 @@ class GroupFetchers:
         """Records waiting for pops of (group, topic) here."""
         fetcher = self.by_group.get(group)
         return 0 if fetcher is None else fetcher.available(topic)
+
+    def worth_asking(self, group: str, topic: str) -> bool:
+        """Would a pop of (group, topic) find something here: records in the lanes, or read and
+        not yet moved into them (the service moves them as it serves the pop)?"""
+        fetcher = self.by_group.get(group)
+        return fetcher is not None and (fetcher.available(topic) > 0 or fetcher.unread(topic))
 
     # -- the service thread ----------------------------------------------------------------
 
@@ -88,9 +98,9 @@ class GroupFetchers:
                 log.warning("dropped the leases of a deleted topic", group=group, topic=topic)
         self._resumer.start({g: t for g, t in inherited.items() if t}, self._made)
 
-    def install_resumed(self) -> None:
-        """Take in the inherited groups' fetchers made since the last call."""
-        self._resumer.install_ready(self.by_group.__setitem__)
+    def install_resumed(self) -> bool:
+        """Take in the inherited groups' fetchers made since the last call; any?"""
+        return self._resumer.install_ready(self.by_group.__setitem__)
 
     def for_pop(self, group: str, topic: str) -> GroupFetcher:
         """The fetcher of `group`, reading `topic`: made (or waited for, if inherited and still

@@ -57,6 +57,10 @@ class SendTimes:
     def any_due(self) -> bool:
         return bool(self._due())
 
+    def next_due(self) -> float | None:
+        """When the first group is due (the clock's time; None: none is touched)."""
+        return min(self._touched.values()) + self._every_s if self._touched else None
+
     def take_due(self) -> set[str]:
         """The groups due now, forgotten until a step touches them again."""
         due = self._due()
@@ -133,6 +137,10 @@ class OffsetCommitter:
     def due(self) -> bool:
         """Is a group's send due, even if no step touches it now?"""
         return self._times.any_due()
+
+    def next_due(self) -> float | None:
+        """When a group's send is next due (monotonic; None: no group waits for one)."""
+        return self._times.next_due()
 
     def touch(self, groups: set[str]) -> None:
         """A step changed these groups' ledgers: their watermarks may have moved."""

@@ -26,3 +26,9 @@ class SettleRequest:
     kind: str  # "ack" | "nack" | "leases" | "reject"
     group: str
     items: list[tuple[str, Receipt, Any]]
+
+
+@dataclass
+class Look:
+    """Move what the fetchers have into the lanes, and answer None: the lanes are read after
+    (group stats), while a shard with no pop to serve may not have looked for a while."""

@@ -22,8 +22,8 @@ Make = Callable[[str, set[str]], F]  # (group, its topics) -> its fetcher
 
 
 class GroupResumer(Generic[F]):
-    def __init__(self, threads: int) -> None:
-        self._threads = threads
+    def __init__(self, threads: int, ready: Callable[[], None] = lambda: None) -> None:
+        self._threads, self._ready = threads, ready  # `ready()`: a fetcher was made
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[str, Future[F]] = {}
 
@@ -34,16 +34,20 @@ class GroupResumer(Generic[F]):
         self._pending = {
             group: self._pool.submit(make, group, topics) for group, topics in groups.items()
         }
+        for future in self._pending.values():
+            future.add_done_callback(lambda _: self._ready())
 
-    def install_ready(self, install: Callable[[str, F], None]) -> None:
-        """Hand each fetcher made since the last call to `install`. A failure to make one is
-        raised here, in the service thread, which its supervisor restarts (as for any Kafka call
-        of its step); what is still pending then is closed by `close`."""
-        for group in [group for group, future in self._pending.items() if future.done()]:
+    def install_ready(self, install: Callable[[str, F], None]) -> bool:
+        """Hand each fetcher made since the last call to `install`; any? A failure to make one
+        is raised here, in the service thread, which its supervisor restarts (as for any Kafka
+        call of its step); what is still pending then is closed by `close`."""
+        ready = [group for group, future in self._pending.items() if future.done()]
+        for group in ready:
             made = self._pending[group].result()
             del self._pending[group]
             install(group, made)
         self._stop_when_done()
+        return bool(ready)
 
     def wait_for(self, group: str, timeout_s: float) -> F | None:
         """The fetcher of a group a worker asks for while it is still being made (None if the

@@ -8,6 +8,9 @@ a transaction of their own (`revive.offsets`). So a pop is answered only once it
 record is durable, an ack only once its ack record is, and a retry copy exists exactly when the
 delivery it replaces is marked settled. A pop here never waits: long polling is the router's
 (`api.pop_router`), which `on_available` wakes when lanes of a (group, topic) receive records.
+Between steps the thread sleeps until a request or a wake comes (`revive.inbox`), or until its
+next deadline: a lease ending, a group's offsets due, the replay floors to look at after a
+change. An idle shard does no work at all.
 
 The parts, one job each: `group_fetchers` (the groups' lanes read), `lease` (pop), `settle` (ack,
 nack, leases, reject, expiry), `copier` (retry and dead-letter copies), `offsets` (committed
@@ -17,6 +20,7 @@ leases granted before a restart are honoured and acked messages never return).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -37,7 +41,7 @@ from revive.copier import Copier
 from revive.fetcher import GroupFetcher, source_topic
 from revive.group_fetchers import GroupFetchers
 from revive.held_records import HeldRecords
-from revive.inbox import Request, RequestInbox
+from revive.inbox import Arrivals, Request, RequestInbox
 from revive.lease import Leaser
 from revive.offsets import OffsetCommitter, OffsetSender
 from revive.pop_follower import Handover
@@ -46,16 +50,19 @@ from revive.pop_step import PopStep
 from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
-from revive.requests import PopRequest
+from revive.requests import Look, PopRequest
 from revive.settle import Settler
 from revive.stats import group_stats
+from revive.wake_times import FLOOR_EVERY_S, WakeTimes
 
 log = structlog.get_logger(__name__)
 
 # What the leader holds of the records it handed out, for nacks and expiries to copy without
 # reading them back (`revive.held_records`): some 50k leases of 300-byte records per shard.
 HELD_RECORD_BYTES = 16 * 1024 * 1024
-FLOOR_EVERY_S = 1.0  # how often replay floors and never-committed watermarks are looked for
+# After the arrival watch saw a record, how long a step waits for the fetcher's copy of it (it
+# comes about as soon: the broker answers both consumers' held fetches together).
+ARRIVAL_WAIT_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ class PopService:
         self._deps, self._settings, self._health = deps, settings, health
         self._timeout_s = settings.kafka_timeout_ms / 1000
         self.state_topic = settings.state_topic("pop-state")
-        self.inbox = RequestInbox(deps.awaited)
+        self.inbox = RequestInbox()
         self._producers = ProducersInTurn(
             lambda txn_id: transactional_producer(deps.producer_config, txn_id),
             settings.state_topic(f"pop-leader-{shard}"),
@@ -93,7 +100,7 @@ class PopService:
             self._timeout_s,
         )  # fmt: skip
         self._partitions = deps.shards.partitions(shard)
-        self._checked_at = 0.0  # when floors and unsent watermarks were last looked for
+        self._wakes = WakeTimes()
         self._topics_checked_at = 0.0  # when the fetched topics were last seen to exist
         self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
         self._floors_sent: dict[int, int] = {}
@@ -108,7 +115,7 @@ class PopService:
         self._offsets = OffsetCommitter(self.state)
         self.fetchers = GroupFetchers(
             settings, (deps.client_config, deps.admin), (deps.shards, shard), self.state,
-            self._topic_cache,
+            self._topic_cache, self.inbox.wake,
         )  # fmt: skip
         self._offset_sender = OffsetSender(
             self._producers, self._timeout_s, self._topic_cache.exists_now
@@ -117,6 +124,10 @@ class PopService:
     # -- called from HTTP handlers (any thread); requests go through `inbox` ------------
 
     def stats(self, group: str) -> dict[str, Any]:
+        """The group's numbers here, once the lanes hold what was fetched (an idle shard's
+        thread sleeps: nothing moves records in meanwhile)."""
+        with contextlib.suppress(Exception):  # a shard that does not answer: its lanes as they are
+            self.inbox.submit(Look()).result(timeout=self._timeout_s)
         return group_stats(self.fetchers.by_group.get(group), self.state, group, self._timeout_s)
 
     # -- the service thread ----------------------------------------------------------------
@@ -133,10 +144,15 @@ class PopService:
             hot=self._handover is not None,
         )  # fmt: skip
 
+    def wake(self) -> None:
+        """End the wait between steps (the supervisor's stop)."""
+        self.inbox.wake()
+
     def step(self) -> None:
-        """Serve what arrived (waiting briefly if nothing did), revive, commit, answer; then
-        commit the group offsets that are due (`revive.offsets`)."""
-        requests = self.inbox.drain()
+        """Serve what arrived (waiting for it until the next deadline), revive, commit, answer;
+        then commit the group offsets that are due (`revive.offsets`)."""
+        with self._health.waiting():
+            requests = self.inbox.drain(self._wait_s())
         step = PopStep(
             self._producers, self._timeout_s, self._settings.delivery_log_topic,
             self._settings.node_id,
@@ -152,23 +168,33 @@ class PopService:
         for future, answer in step.answers:
             future.set_result(answer)
         self._offsets.touch(step.groups)
+        if step.txn.used:
+            self._wakes.floors_may_move()
         if unsent or self._offsets.due():
             self._send_offsets(unsent)
 
+    def _wait_s(self) -> float | None:
+        return self._wakes.wait_s(
+            self._offsets.next_due(), self.inbox.looking(), self._deps.awaited()
+        )
+
     def _serve(self, requests: list[tuple[Request, Future[Any]]], step: PopStep) -> set[str]:
         """Serve and commit the step; the groups whose watermark was never committed here."""
-        self.fetchers.install_resumed()
+        if self.fetchers.install_resumed():
+            self._wakes.floors_may_move()
         self._forget_deleted_topics()
-        self._fetch()
+        self._fetch(self.inbox.take_arrivals())
         for request, future in requests:
             if isinstance(request, PopRequest):
                 self._pop(request, future, step)
+            elif isinstance(request, Look):
+                step.answers.append((future, None))
             else:
                 step.answers.append((future, self._settler.settle(request, step)))
-        self.inbox.next_expiry_ms = self._settler.expire(step)
+        self._wakes.expiry_ms = self._settler.expire(step)
         for fetcher in self.fetchers.by_group.values():
             self._leaser.dead_letter_untrusted(fetcher, step)
-        floors, unsent = self._once_a_second()
+        floors, unsent = self._floors_moved()
         if step.txn.open or floors:
             self._copier.write(step)
             step.write_records(self.state_topic, self.state)
@@ -187,6 +213,7 @@ class PopService:
         step just made durable; a deleted topic found on the way is dropped."""
         batch = self._offsets.take(self.fetchers.by_group, also=unsent)
         committed, deleted = self._offset_sender.send(batch)
+        self._wakes.floors_may_move()
         self._offsets.sent(committed)
         if not committed:
             self._offsets.not_sent(batch)
@@ -217,12 +244,12 @@ class PopService:
         self._offsets.forget(group, gone)
         log.warning("dropped the lanes of a deleted topic", group=group, topics=sorted(gone))
 
-    def _once_a_second(self) -> tuple[dict[int, int], set[str]]:
-        """The replay floors that moved and the groups with a watermark never committed here, once
-        a second (each look costs a scan of the ledgers): both go in this step's transaction."""
-        if time.monotonic() - self._checked_at < FLOOR_EVERY_S:
+    def _floors_moved(self) -> tuple[dict[int, int], set[str]]:
+        """The replay floors that moved and the groups with a watermark never committed here, at
+        most once a second and only after a change (each look costs a scan of the ledgers): both
+        go in this step's transaction."""
+        if not self._wakes.look_at_floors():
             return {}, set()
-        self._checked_at = time.monotonic()
         floors = self.state.floors(
             self._partitions, lambda key: self._offsets.committed(self.fetchers.by_group, key)
         )
@@ -230,7 +257,7 @@ class PopService:
         return moved, self._offsets.unsent(self.fetchers.by_group)
 
     def close(self) -> None:
-        for _, future in self.inbox.drain(block=False):
+        for _, future in self.inbox.drain(0):
             if not future.done():
                 future.set_exception(RuntimeError("this sidecar stopped leading"))
         self.fetchers.close()
@@ -239,19 +266,35 @@ class PopService:
         self._producers.release()
         self._held_bytes.set(0)
 
-    def _fetch(self) -> None:
+    def _fetch(self, arrivals: Arrivals) -> None:
+        """Move what the fetchers have into lanes; for the records the arrival watch saw, wait
+        (briefly) until the fetcher has them too, and look again soon for those still to come."""
+        until: dict[str, dict[tuple[str, int], int]] = {}
+        for (group, topic, partition), offset in arrivals.items():
+            until.setdefault(group, {})[(topic, partition)] = offset
         for group, fetcher in self.fetchers.by_group.items():
-            self._fetch_group(group, fetcher)
+            self._fetch_group(group, fetcher, until.get(group))
+        by_group = self.fetchers.by_group
+        self.inbox.still_behind(
+            {
+                (group, topic, partition)
+                for (group, topic, partition), offset in arrivals.items()
+                if group in by_group and by_group[group].next_offset(topic, partition) <= offset
+            }
+        )
 
-    def _fetch_group(self, group: str, fetcher: GroupFetcher) -> None:
-        for topic in fetcher.fetch():
-            self.inbox.fetched()
+    def _fetch_group(
+        self, group: str, fetcher: GroupFetcher, until: dict[tuple[str, int], int] | None = None
+    ) -> None:
+        for topic in fetcher.fetch(until, ARRIVAL_WAIT_S):
             self._deps.on_available(group, topic)
 
     # -- pop -------------------------------------------------------------------------------
 
     def _pop(self, request: PopRequest, future: Future[Any], step: PopStep) -> None:
         try:  # nothing is leased yet: a failure here concerns this request only
+            if not self.fetchers.knows(request.group, request.topic):  # offsets may be unsent
+                self._wakes.floors_may_move()
             fetcher = self.fetchers.for_pop(request.group, request.topic)
             self._fetch_group(request.group, fetcher)
         except Exception as error:

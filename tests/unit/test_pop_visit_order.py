@@ -100,9 +100,20 @@ def test_clients_pop_here_for_clients_seen_s_after_their_last_pop() -> None:
     assert not turns.clients_pop_here("g", "t")
 
 
-def test_on_a_remote_first_turn_owners_served_by_their_clients_come_last() -> None:
+def test_owners_served_by_their_clients_are_asked_last_and_only_on_remote_first_turns() -> None:
     turn = REMOTE_FIRST_EVERY - 1
     assert visit_order(LOCAL, ["b", "c"], turn, served={"b"}) == ["c", *LOCAL, "b"]
     assert visit_order(LOCAL, ["b", "c"], turn, served={"b", "c"}) == [*LOCAL, "b", "c"]
-    # On the other turns the owners come after the local shards anyway.
-    assert visit_order(LOCAL, ["b", "c"], turn - 1, served={"b"}) == [*LOCAL, "b", "c"]
+    # On the other turns a served owner is not asked: its own clients drain its lanes.
+    assert visit_order(LOCAL, ["b", "c"], turn - 1, served={"b"}) == [*LOCAL, "c"]
+    assert visit_order(LOCAL, ["b", "c"], turn - 1, served={"b", "c"}) == LOCAL
+
+
+def test_an_owner_whose_watch_told_of_records_is_asked_though_its_clients_pop_there() -> None:
+    clock = Clock()
+    turns = PopTurns(clock)
+    owners = ["http://b", "http://c"]
+    turns.heard("http://b", "g", "t", {"messages": [], CLIENTS_POP_HERE: True})
+    assert turns.order("g", "t", LOCAL, owners) == [*LOCAL, "http://c"]
+    told = turns.order("g", "t", LOCAL, owners, told={"http://b"})
+    assert sorted(told[:2]) == LOCAL and sorted(told[2:]) == owners  # turns rotate each list

@@ -230,3 +230,18 @@ def test_a_role_told_to_go_while_fencing_begins_no_other_fence(tell: str) -> Non
     wait_for(lambda: supervisor.ended, 5, "the role ended")
     assert made[0].fences_begun == 1 and len(made) == 1
     assert not supervisor.health.in_fence
+
+
+def test_a_loop_waiting_for_input_is_not_stalled_and_beats_when_it_wakes() -> None:
+    """An idle pop role waits in its inbox with no bound (`LoopHealth.waiting`): no quiet time
+    counts meanwhile, and the wait's end is a beat; outside it the quiet time counts again."""
+    watchdog = Watchdog(report_after_s=0.05, give_up_after_s=60, on_stall=lambda h: None)
+    health = watchdog.watch(LoopHealth("idle", 1))
+    health.running = True
+    health.last_beat -= 10  # its last step ended long ago
+    with health.waiting():
+        assert watchdog.problems() == []
+        assert health.quiet_s(time.monotonic()) == 0.0
+    assert health.quiet_s(time.monotonic()) < 0.05  # woken: a beat
+    health.last_beat -= 10
+    assert watchdog.problems() == [f"idle[1] stalled for {health.quiet_s(time.monotonic()):.1f} s"]
