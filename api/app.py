@@ -1,4 +1,5 @@
-"""The FastAPI application: routers, error handlers, auth and body limits."""
+"""The HTTP application: the token check and the body limit, the lean path of pop-group calls,
+and the FastAPI application (routers, error handlers, the OpenAPI document)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,22 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from api import health, messages, pop, schedules
 from api.auth import BearerAuth
 from api.body_limit import BodyLimit
+from api.hot_routes import HotRoutes
 from api.node import Node
 from api.openapi import document
 from api.pop_router import PopRouter
 from api.problems import install_problem_handlers
 
 
-def create_app(node: Node) -> FastAPI:
+def create_app(node: Node) -> ASGIApp:
+    """The token check, then the body limit, then the lean path of pop-group calls, then
+    FastAPI (`api.hot_routes`)."""
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
@@ -33,21 +39,18 @@ def create_app(node: Node) -> FastAPI:
     settings = node.settings
     app = FastAPI(title="kpd", version="1", lifespan=lifespan)
     app.state.node = node
-    app.state.pop_router = PopRouter(node)
+    app.state.pop_router = router = PopRouter(node)
     install_problem_handlers(app)
-    # The last middleware added runs first: the token check before any body is read.
-    app.add_middleware(
-        BodyLimit,
-        max_bytes=settings.max_request_bytes,
-        timeout_s=settings.http_body_timeout_ms / 1000,
-    )
-    token = settings.api_token
-    app.add_middleware(
-        BearerAuth, token=None if token is None else token.get_secret_value().encode()
-    )
     app.include_router(health.router)
     app.include_router(messages.router)
     app.include_router(schedules.router)
     app.include_router(pop.router)
+    token = settings.api_token
     document(app, token_required=token is not None)
-    return app
+    limited = BodyLimit(
+        HotRoutes(app, node, router),
+        max_bytes=settings.max_request_bytes,
+        timeout_s=settings.http_body_timeout_ms / 1000,
+    )
+    # The token is checked before any body is read.
+    return BearerAuth(limited, token=None if token is None else token.get_secret_value().encode())

@@ -50,31 +50,10 @@ class BodyLimit:
             return
         if body is None:  # the client went away
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()  # after the body: wait for a disconnect, as usual
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     async def _read(self, receive: Receive) -> bytes | None:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise _TooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        return await read_body(receive, self.max_bytes)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem_response(
@@ -82,3 +61,34 @@ class BodyLimit:
             max_bytes=self.max_bytes,
         )  # fmt: skip
         await response(scope, receive, send)
+
+
+async def read_body(receive: Receive, max_bytes: int | None = None) -> bytes | None:
+    """The whole body (None: the client went away); `_TooLarge` past `max_bytes`."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if max_bytes is not None and size > max_bytes:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the app `body`, already read, then waits as `receive` does."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()  # after the body: wait for a disconnect, as usual
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay

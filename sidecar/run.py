@@ -56,6 +56,7 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
             app,
             log_level=settings.log_level.lower(),
             access_log=False,
+            proxy_headers=False,  # kpd reads neither the client's address nor the scheme
             timeout_graceful_shutdown=10,
             # Slow clients: bounded idle time between requests, head time and size here, body
             # time and size in the app (api.body_limit).
