@@ -3,7 +3,10 @@ with as many of their payloads held in memory as the budget allows.
 
 The rest stay on disk and are range-scanned in as the window slides, so memory does not grow
 with far-future backlog. A schedule ingested inside the window goes into the wheel at once; one
-due later comes in with the slide that reaches it.
+due later comes in with the slide that reaches it. The window knows the earliest due time on disk
+beyond it (a lower bound: cancels and deliveries may have taken that one), so it slides only when
+that one nears: with nothing on disk before the horizon, the window moves along without a read,
+and an idle leader has no slide to wake for.
 """
 
 from __future__ import annotations
@@ -29,19 +32,29 @@ class DueWindow:
         self.wheel = TimingWheelTimer(now_ms())
         self.payloads = WindowPayloads(WINDOW_PAYLOAD_BYTES)
         self.loaded_until = 0  # due times before it are in the wheel (those still pending)
+        # No pending schedule on disk is due in [loaded_until, this); None: none at all. Never
+        # below `loaded_until`: the window moves along only up to it.
+        self._next_on_disk: int | None = 0
 
     def add(self, schedule_id: str, due_ms: int) -> None:
         """A schedule just ingested: into the wheel if due within the window loaded."""
         if due_ms < self.loaded_until:  # later ones are loaded from RocksDB as the window slides
             self.wheel.add(schedule_id, due_ms)
+        elif self._next_on_disk is None or due_ms < self._next_on_disk:
+            self._next_on_disk = due_ms
 
     def applied(self, schedules: list[Schedule]) -> None:
         """A step's schedules are committed and indexed (`WindowPayloads.applied`)."""
         self.payloads.applied(schedules, self.loaded_until)
 
     def refill(self, now: int) -> None:
-        """Slide: load the schedules due before now + WINDOW_MS from RocksDB."""
-        if now + WINDOW_MS - SLIDE_MS < self.loaded_until:
+        """Slide, if a schedule on disk nears: load those due before now + WINDOW_MS from
+        RocksDB. Else the window moves along to the nearest one on disk, with no read."""
+        slide = self.next_slide_ms()
+        if slide is None or now < slide:
+            nearest = self._next_on_disk
+            reach = now + WINDOW_MS if nearest is None else min(now + WINDOW_MS, nearest)
+            self.loaded_until = max(self.loaded_until, reach)
             return
         horizon = now + WINDOW_MS
         ids = []
@@ -49,11 +62,16 @@ class DueWindow:
             self.wheel.add(schedule_id, due_ms)
             ids.append(schedule_id)
         self.loaded_until = horizon
+        later = next(iter(self._index.due_between(self._shard, horizon, 2**63 - 1)), None)
+        self._next_on_disk = None if later is None else later[0]
         self._hold(ids)
 
-    def next_slide_ms(self) -> int:
-        """When the window slides next (the leader's step waits no longer)."""
-        return self.loaded_until - WINDOW_MS + SLIDE_MS
+    def next_slide_ms(self) -> int | None:
+        """When the window slides next, SLIDE_MS after the last slide at the soonest (the
+        leader's step waits no longer); None: nothing on disk to load."""
+        if self._next_on_disk is None:
+            return None
+        return self._next_on_disk - WINDOW_MS + SLIDE_MS
 
     def _hold(self, ids: list[str]) -> None:
         """Hold the schedules that just entered the window, until the budget is spent."""

@@ -60,9 +60,9 @@ FENCE_PROBE_S = 0.5  # while handing over
 START_FETCH_WAIT_MS = 10
 CATCH_UP_S = 120.0  # reading a shard's schedules before and after the fence, each
 # The longest a step waits for records when nothing comes due sooner: records, and the turn to
-# ingest them, end a wait at once, so this bounds only a stop and the fence probe's period. At
-# 50 ms eight idle shards woke a worker 160 times a second (BENCHMARKS.md, 2026-11-26 10:45).
-MAX_WAIT_S = 0.25
+# ingest them, end a wait at once, so this bounds only a stop (a consume cannot be woken) ...
+MAX_WAIT_S = 1.0
+# ... and, handing over, the fence probe's period (`FENCE_PROBE_S`).
 
 
 @dataclass(frozen=True)
@@ -303,10 +303,15 @@ class DelayLeader:
             self._wheel.add(schedule_id, due_ms)
 
     def _wait_s(self) -> float:
-        """Sleep in the consumer until the next timer or window slide, at most MAX_WAIT_S."""
+        """Sleep in the consumer until the next timer or window slide, at most MAX_WAIT_S (the
+        fence probe's period while handing over)."""
         now = now_ms()
-        wake = self._due.next_slide_ms()
+        longest = FENCE_PROBE_S if self._handing_over else MAX_WAIT_S
+        wakes = [now + int(longest * 1000)]
+        slide = self._due.next_slide_ms()
+        if slide is not None:
+            wakes.append(slide)
         expiry = self._wheel.next_expiry_ms()
         if expiry is not None:
-            wake = min(wake, expiry + self._deps.clock_margin_ms())
-        return min(max(wake - now, 0) / 1000, MAX_WAIT_S)
+            wakes.append(expiry + self._deps.clock_margin_ms())
+        return max(min(wakes) - now, 0) / 1000

@@ -13,6 +13,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+STOP_WITHIN_S = 0.25
+
 
 class AsyncProducer:
     def __init__(self, config: dict[str, Any]) -> None:
@@ -61,8 +63,9 @@ class AsyncProducer:
         self._producer.flush(5)
 
     def _serve(self) -> None:
+        # A poll returns as soon as it has served a delivery report; its timeout bounds a stop.
         while not self._stop.is_set():
-            self._producer.poll(0.05)
+            self._producer.poll(STOP_WITHIN_S)
 
 
 def _resolve(

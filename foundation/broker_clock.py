@@ -12,6 +12,7 @@ A node whose offset is beyond `KPD_MAX_CLOCK_OFFSET_MS` either way must not lead
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message, Producer
@@ -52,6 +53,7 @@ class BrokerClock(PeriodicThread):
         self._producer = Producer({**producer_config, "linger.ms": 0, "acks": "all"})
         self._topic, self._node = topic, node
         self._bounds = ClockBounds()
+        self.on_sample: Callable[[], None] = lambda: None  # a sample came: the offset may move
 
     def stop(self) -> None:
         super().stop()
@@ -82,5 +84,6 @@ class BrokerClock(PeriodicThread):
             if error is None and kind == TIMESTAMP_LOG_APPEND_TIME:
                 self._bounds.record(sent - appended, now_ms() - appended)
                 CLOCK_OFFSET.set(self._bounds.offset_ms)
+                self.on_sample()
 
         return report

@@ -36,6 +36,10 @@ class PeriodicThread:
         if threading.current_thread() is not self._thread and self._thread.is_alive():
             self._thread.join(timeout=self._join_s)
 
+    def rest(self, seconds: float) -> None:
+        """The wait between rounds; a job that watches something meanwhile may end it early."""
+        self._stop.wait(seconds)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
@@ -43,4 +47,4 @@ class PeriodicThread:
                 self.tick()
             except Exception:
                 log.exception("periodic job failed; trying again next round", job=self._thread.name)
-            self._stop.wait(max(0.0, self._every_s - (time.monotonic() - started)))
+            self.rest(max(0.0, self._every_s - (time.monotonic() - started)))

@@ -14,8 +14,10 @@ session: SIGKILL of a sidecar of two workers took 5.2-8.8 s to deliver again in 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+from foundation.folder_watch import FolderWatch
 from foundation.processes import alive
 
 
@@ -27,6 +29,12 @@ class StoreClaims:
             shard_pid = _parsed(path.name)
             if shard_pid is None or shard_pid[1] == os.getpid() or not alive(shard_pid[1]):
                 path.unlink(missing_ok=True)
+
+    def on_change(self, changed: Callable[[], None]) -> FolderWatch | None:
+        """Call `changed` whenever a claim comes or goes, from now on; the watch to stop (None:
+        no inotify here)."""
+        watch = FolderWatch(self._folder, changed)
+        return watch if watch.start() else None
 
     def claim(self, shard: int) -> None:
         (self._folder / f"{shard}.{os.getpid()}").touch()

@@ -3,11 +3,8 @@
 Every loop that must make progress owns a `LoopHealth` and calls `beat()` at least once per step
 (long operations inside a step beat as they go). A `Supervisor` runs one role (the delay or pop
 leader of a shard) in its own thread and restarts it after a failure, with a backoff, counting
-the restart in `kpd_leader_restarts_total{role,shard,reason}`. The `Watchdog` notices a loop that
-has gone quiet: past `report_after_s` it shows in `kpd_loop_stalled_seconds` and on /readyz; past
-`give_up_after_s` it calls `on_stall`, which makes the sidecar give up its leadership and exit:
-a librdkafka call that ignores its timeout (librdkafka #5456, `send_offsets_to_transaction`)
-cannot be interrupted, and only a fresh process frees what it holds.
+the restart in `kpd_leader_restarts_total{role,shard,reason}`. `foundation.watchdog` notices a
+loop that has gone quiet.
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ from typing import Protocol, runtime_checkable
 import structlog
 from confluent_kafka import KafkaException
 
-from foundation.metrics import LEADER_RESTARTS, LOOP_STALLED
-from foundation.periodic import PeriodicThread
+from foundation.metrics import LEADER_RESTARTS
 
 log = structlog.get_logger(__name__)
 
@@ -164,9 +160,14 @@ class Supervisor:
     """Runs `make(health)`'s role in a thread until `stop()`; restarts it after any failure,
     unless released."""
 
-    def __init__(self, health: LoopHealth, make: Callable[[LoopHealth], Role]) -> None:
+    def __init__(
+        self,
+        health: LoopHealth,
+        make: Callable[[LoopHealth], Role],
+        on_change: Callable[[], None] = lambda: None,  # the role started, or the thread ended
+    ) -> None:
         self.health = health
-        self._make = make
+        self._make, self._on_change = make, on_change
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=health.name, daemon=True)
         self.role: Role | None = None  # the running instance, once started
@@ -213,6 +214,12 @@ class Supervisor:
         return self._stop.is_set()
 
     def _run(self) -> None:
+        try:
+            self._supervise()
+        finally:
+            self._on_change()
+
+    def _supervise(self) -> None:
         self.health.thread_id = threading.get_ident()
         attempt = 0
         while not self._stop.is_set():
@@ -226,6 +233,7 @@ class Supervisor:
                 self._starting = role
                 role.start()
                 self.role = role
+                self._on_change()
                 while not self._stop.is_set():
                     health.beat()
                     role.step()
@@ -267,66 +275,3 @@ def _close_quietly(role: Role, health: LoopHealth) -> None:
         role.close()
     except Exception:
         log.exception("closing a role failed", role=health.role, shard=health.shard)
-
-
-class Watchdog(PeriodicThread):
-    """Watches every registered loop; see the module docstring."""
-
-    def __init__(
-        self,
-        report_after_s: float,
-        give_up_after_s: float,
-        on_stall: Callable[[LoopHealth], None],
-        interval_s: float = 0.25,
-    ) -> None:
-        self.report_after_s, self.give_up_after_s = report_after_s, give_up_after_s
-        self._on_stall = on_stall
-        super().__init__("watchdog", interval_s, join_s=2)
-        self._loops: list[LoopHealth] = []
-        self._lock = threading.Lock()
-        self._gave_up = False
-
-    def watch(self, health: LoopHealth) -> LoopHealth:
-        with self._lock:
-            self._loops.append(health)
-        return health
-
-    def forget(self, health: LoopHealth) -> None:
-        with self._lock:
-            if health in self._loops:
-                self._loops.remove(health)
-        LOOP_STALLED.labels(health.role, str(health.shard)).set(0)
-
-    def problems(self) -> list[str]:
-        """Stalled and crash-looping loops, for /readyz."""
-        now = time.monotonic()
-        found = []
-        with self._lock:
-            loops = list(self._loops)
-        for health in loops:
-            quiet = health.quiet_s(now)
-            if quiet > self.report_after_s:
-                at = f" at {health.record}" if health.current is not None else ""
-                found.append(f"{health.name} stalled for {quiet:.1f} s{at}")
-            if health.crash_looping(now):
-                found.append(
-                    f"{health.name} restarted {len(health.restarts)} times within "
-                    f"{CRASH_LOOP_WINDOW_S:.0f} s; last: {health.last_failure}"
-                )
-        return found
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            loops = list(self._loops)
-        for health in loops:
-            quiet = health.quiet_s(now)
-            stalled = max(0.0, quiet - self.report_after_s)
-            LOOP_STALLED.labels(health.role, str(health.shard)).set(round(stalled, 3))
-            if quiet > self.give_up_after_s and not self._gave_up:
-                self._gave_up = True
-                log.error(
-                    "loop stalled past its bound; giving up", loop=health.name,
-                    quiet_s=round(quiet, 1), record=health.record, stack=health.stack(),
-                )  # fmt: skip
-                self._on_stall(health)

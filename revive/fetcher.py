@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from foundation.kafka_clients import HELD_FETCH_MS, consume_ready, state_consumer
+from foundation.kafka_clients import consume_ready, state_consumer
 from revive.copies import Provenance, trusted_or_flagged
 from revive.source_record import SourceRecord
 
@@ -29,6 +29,10 @@ RESUME_AT = 1_000
 # a few hundred at a time stay under the collector's young threshold (700 objects).
 FETCH_CHUNK = 500
 FETCH_CHUNKS = 4  # per call: as many records as one consume of 2,000 moved before
+# How long the broker holds an idle fetch: an arriving record answers it at once, so this bounds
+# only the idle polling (10 a second per group and shard at 100 ms) and how soon a topic newly
+# popped, or a partition resumed, joins the fetch.
+FETCH_WAIT_MS = 500
 LaneKey = tuple[str, int]  # (lane name, partition)
 # A lane's entry. The tuple holds untracked objects only, so the collector untracks it at its
 # first collection (`revive.source_record`).
@@ -62,7 +66,7 @@ class GroupFetcher:
         owns: Callable[[str, int], bool],
     ) -> None:
         self.group, self.retry_topic = group, retry_topic
-        self.consumer = state_consumer(client_config, group, **{"fetch.wait.max.ms": HELD_FETCH_MS})
+        self.consumer = state_consumer(client_config, group, **{"fetch.wait.max.ms": FETCH_WAIT_MS})
         self._last_leased = last_leased  # offsets up to it are known to the ledgers already
         self._owns = owns  # (topic, partition) -> does this shard serve that source partition?
         self.topics: set[str] = set()

@@ -55,15 +55,16 @@ class RequestInbox:
 
     # -- the service thread ----------------------------------------------------------------
 
-    def take_arrivals(self) -> Arrivals:
-        """What the watch saw since, with what the fetchers had not handed over last time."""
+    def take_arrivals(self) -> tuple[Arrivals, bool]:
+        """What the watch saw since, with what the fetchers had not handed over last time; and
+        whether it saw anything since (worth a wait for the fetchers' copies)."""
         with self._lock:
             arrivals, self._arrivals = self._arrivals, {}
         now = time.monotonic()
         for lane, offset in arrivals.items():
             old = self._behind.get(lane)
             self._behind[lane] = (offset, now) if old is None else (max(offset, old[0]), old[1])
-        return {lane: offset for lane, (offset, _) in self._behind.items()}
+        return {lane: offset for lane, (offset, _) in self._behind.items()}, bool(arrivals)
 
     def still_behind(self, lanes: set[tuple[str, str, int]]) -> None:
         """Of the arrivals taken, the fetchers have not handed these over: look again soon,

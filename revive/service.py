@@ -183,7 +183,7 @@ class PopService:
         if self.fetchers.install_resumed():
             self._wakes.floors_may_move()
         self._forget_deleted_topics()
-        self._fetch(self.inbox.take_arrivals())
+        self._fetch(*self.inbox.take_arrivals())
         for request, future in requests:
             if isinstance(request, PopRequest):
                 self._pop(request, future, step)
@@ -266,14 +266,16 @@ class PopService:
         self._producers.release()
         self._held_bytes.set(0)
 
-    def _fetch(self, arrivals: Arrivals) -> None:
+    def _fetch(self, arrivals: Arrivals, fresh: bool) -> None:
         """Move what the fetchers have into lanes; for the records the arrival watch saw, wait
-        (briefly) until the fetcher has them too, and look again soon for those still to come."""
+        (briefly, if it saw some just now) until the fetcher has them too, and look again soon
+        for those still to come."""
         until: dict[str, dict[tuple[str, int], int]] = {}
         for (group, topic, partition), offset in arrivals.items():
             until.setdefault(group, {})[(topic, partition)] = offset
+        wait_s = ARRIVAL_WAIT_S if fresh else 0.0
         for group, fetcher in self.fetchers.by_group.items():
-            self._fetch_group(group, fetcher, until.get(group))
+            self._fetch_group(group, fetcher, until.get(group), wait_s)
         by_group = self.fetchers.by_group
         self.inbox.still_behind(
             {
@@ -284,9 +286,13 @@ class PopService:
         )
 
     def _fetch_group(
-        self, group: str, fetcher: GroupFetcher, until: dict[tuple[str, int], int] | None = None
+        self,
+        group: str,
+        fetcher: GroupFetcher,
+        until: dict[tuple[str, int], int] | None = None,
+        wait_s: float = 0.0,
     ) -> None:
-        for topic in fetcher.fetch(until, ARRIVAL_WAIT_S):
+        for topic in fetcher.fetch(until, wait_s):
             self._deps.on_available(group, topic)
 
     # -- pop -------------------------------------------------------------------------------

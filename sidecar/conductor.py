@@ -30,7 +30,8 @@ import structlog
 
 from delay_service.schedules import Freshness
 from foundation.metrics import IS_LEADER, SHARD_LEADER, SHARD_STANDBY
-from foundation.supervision import LoopHealth, Role, Supervisor, Watchdog
+from foundation.supervision import LoopHealth, Role, Supervisor
+from foundation.watchdog import Watchdog
 from revive.service import PopService
 from sidecar.standby import Standby
 
@@ -60,9 +61,10 @@ class Conductor:
         # (skipped, follow, keeps) -> the standby
         standby: Callable[[Shards, Shards, Shards, LoopHealth], Standby],
         schedules_kept: Callable[[Shards, Shards], Shards],  # (skipped, follow) -> by the standby
+        wake: Callable[[], None] = lambda: None,  # a role started or ended: reconcile soon
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
-        self._schedules_kept = schedules_kept
+        self._schedules_kept, self._wake = schedules_kept, wake
         self._led: dict[int, dict[str, Supervisor]] = {}
         self._claimed: Shards = frozenset()  # the shards the group last gave this worker
         # Delay roles of shards the group moved away, delivering until the new owner fences
@@ -83,6 +85,23 @@ class Conductor:
     @property
     def led(self) -> frozenset[int]:
         return frozenset(self._led)
+
+    def wait_s(self) -> float | None:
+        """Until the next deadline of a reconcile's own (a handover's end, a stuck role's stop
+        given up on, a standby short of stores restarted); None: none. Everything else a
+        reconcile acts on wakes it (`wake`, and the caller's own events)."""
+        now = time.monotonic()
+        deadlines = [until for _, until in self._handing_over.values()]
+        deadlines += [
+            asked + STOP_TIMEOUT_S
+            for shard, stopping in self._stopping.items()
+            if shard in self._claimed
+            for _, asked in stopping
+        ]
+        role = cast(Standby | None, self._standby.supervisor.role) if self._standby else None
+        if role is not None and role.kept != role.wanted:
+            deadlines.append(role.started_at + STANDBY_RETRY_S)
+        return max(min(deadlines) - now, 0.0) if deadlines else None
 
     def reconcile(self, owned: frozenset[int], follow: frozenset[int]) -> None:
         """Make the running roles match the shards this worker is to lead, and the standby the
@@ -283,7 +302,7 @@ class Conductor:
         return any(now - asked < STOP_TIMEOUT_S for _, asked in self._stopping.get(shard, []))
 
     def _supervise(self, name: str, shard: int, make: Callable[[LoopHealth], Role]) -> Supervisor:
-        supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make)
+        supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make, self._wake)
         supervisor.start()
         return supervisor
 

@@ -29,6 +29,7 @@ log = structlog.get_logger(__name__)
 # + the member's HTTP address, for others to forward calls to, and its place: its index among its
 # sidecar's workers and the sidecar's own address (`Owners` orders the ring of members by them).
 CLIENT_PREFIX = "kpd-member "
+POLL_S = 0.25  # a poll serves the group's callbacks as they come; this bounds a pause or a stop
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,7 @@ class Membership:
                     self._leave()
                 elif not self.paused and not self._subscribed:
                     self._rejoin()
-                # Polling serves the group protocol and callbacks; records are not read.
-                self._consumer.poll(0.1)
+                self._consumer.poll(POLL_S)  # records are not read
         finally:
             self._set(frozenset())
             self._consumer.close()

@@ -84,6 +84,7 @@ class Owners(PeriodicThread):
         self._viewed_at = clock()  # when that view came (before the first: the start)
         self._led_at = self._viewed_at  # when a view last showed a shard led (or the start)
         self._listed_at = self._viewed_at  # when a stable view last listed this worker
+        self.on_change: Callable[[], None] = lambda: None  # the view's owners or ring changed
 
     @property
     def by_shard(self) -> dict[int, str]:
@@ -164,7 +165,8 @@ class Owners(PeriodicThread):
         return self.stable and mine == [owned] and len(by_shard) == shards
 
     def _show(self, members: list[Member], stable: bool, asked_at: float) -> None:
-        self._view = ({s: m.url for m in members for s in m.shards}, Ring.of(members))
+        view = ({s: m.url for m in members for s in m.shards}, Ring.of(members))
+        changed, self._view = view != self._view, view
         self.stable = stable
         self._asked_at, self._viewed_at = asked_at, self._clock()
         if self.by_shard:
@@ -173,6 +175,8 @@ class Owners(PeriodicThread):
         # stuck between joining and its assignment would be listed by an unsettled group.
         if stable and any(member.url == self._membership.url for member in members):
             self._listed_at = self._viewed_at
+        if changed:
+            self.on_change()
 
     def _ask(self) -> None:
         """Ask for the members unless a request is pending; one pending `REASK_AFTER_S` may be

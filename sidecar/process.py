@@ -28,6 +28,7 @@ from delay_service.schedules import Freshness, ScheduleIndex
 from foundation.async_producer import AsyncProducer
 from foundation.broker_clock import BrokerClock
 from foundation.config import Settings
+from foundation.folder_watch import FolderWatch
 from foundation.garbage_collection import GcPauses
 from foundation.kafka_clients import admin_client, base_config, producer_config
 from foundation.kafka_probe import KafkaProbe
@@ -35,8 +36,8 @@ from foundation.memory_trim import MemoryTrim
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF
 from foundation.store import Store, shard_stores
-from foundation.supervision import Watchdog
 from foundation.topics import TopicCache
+from foundation.watchdog import Watchdog
 from revive.arrivals import ArrivalWatch
 from revive.receipt import ReceiptCodec
 from revive.service import PopDeps, PopService
@@ -57,6 +58,10 @@ HEAL_AFTER_S = 15.0  # unready this long from broken clients while fresh ones wo
 # A stopping worker's shards deliver from here until their new owners fence them, this long at
 # most: well within the 18 s a stop may take (`sidecar.run`).
 HANDOVER_ON_STOP_S = 5.0
+# The conductor reconciles when the group, the shards taken over early, the ring of members, a
+# role, a store claim or the clock's fit changes, and at its own deadlines; at least this often,
+# a bound for a missed event (claims are watched with inotify: without it, a sibling's claim).
+RECONCILE_AT_LEAST_S = 5.0
 
 
 class Sidecar:
@@ -103,6 +108,7 @@ class Sidecar:
         self.broker_clock: BrokerClock | None = None
         self._conductor: Conductor | None = None
         self._arrivals: ArrivalWatch | None = None
+        self._claims_watch: FolderWatch | None = None
         self._topics_ready = False
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._conduct, name="conductor", daemon=True)
@@ -190,6 +196,8 @@ class Sidecar:
 
     def stop(self) -> None:
         self._stopping.set()
+        if self.membership is not None:
+            self.membership.changed.set()  # the conductor's wait
         self._thread.join(timeout=30)
         self.self_heal.stop()
         self.memory_trim.stop()
@@ -219,13 +227,16 @@ class Sidecar:
                 early = self._successor.shards if self._successor is not None else frozenset()
                 lead = self.membership.owned | early if not self.membership.paused else frozenset()
                 self._conductor.reconcile(lead, self._roles.next_to_take())
-                self.membership.changed.wait(0.1)
+                due_s = self._conductor.wait_s()
+                bound = RECONCILE_AT_LEAST_S
+                self.membership.changed.wait(bound if due_s is None else min(due_s, bound))
         finally:
             self.membership.stop()  # leave first: the group moves this worker's shards at once
             # Their new owners read them before they fence the roles here.
             self._conductor.leave(HANDOVER_ON_STOP_S, self._others_in_group)
             self._conductor.stop()
-            for helper in (self._owners, self._successor, self.broker_clock, self._arrivals):
+            helpers = (self._owners, self._successor, self.broker_clock, self._arrivals)
+            for helper in (*helpers, self._claims_watch):
                 if helper is not None:
                     helper.stop()
 
@@ -258,10 +269,16 @@ class Sidecar:
             place,
         )  # fmt: skip
         self._roles = roles
+        wake = self.membership.changed.set
         self._conductor = Conductor(
             self.watchdog, {"delay": roles.delay, "pop": roles.pop}, roles.standby,
-            roles.schedules_kept,
+            roles.schedules_kept, wake,
         )  # fmt: skip
+        self._owners.on_change = wake
+        clock.on_sample = self._clock_sampled
+        if self._successor is not None:
+            self._successor.on_change = wake
+        self._claims_watch = self.stores.claims.on_change(wake)
         conductor, membership = self._conductor, self.membership
         self.membership.on_revoked = lambda shards: conductor.await_released(
             shards, s.kafka_timeout_ms / 1000, wake=membership.changed.set
@@ -286,6 +303,12 @@ class Sidecar:
         """Are other members in the group, as last seen (refreshed every second)?"""
         owners = self._owners
         return owners is not None and any(member.url != self.url for member in owners.ring.members)
+
+    def _clock_sampled(self) -> None:
+        """A new sample of the broker's clock: wake the conductor if the fit changes."""
+        membership = self.membership
+        if membership is not None and membership.paused == self._clock_fit():
+            membership.changed.set()
 
     def _clock_fit(self) -> bool:
         """Measured, and close enough to the broker's to lead (it waits the offset out)."""

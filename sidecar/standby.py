@@ -25,7 +25,9 @@ from revive.replay import PopStateReader
 
 log = structlog.get_logger(__name__)
 
-STANDBY_WAIT_S = 0.1  # a standby step's wait for schedule records when none have come
+# A standby step's wait for schedule records when none have come (records end it at once): the
+# bound of its stop, which the conductor waits for when the shards to follow change.
+STANDBY_WAIT_S = 0.25
 RELEASED_EVERY_S = 2.0  # how often the standby forgets checkpoints their leaders released
 Shards = frozenset[int]
 

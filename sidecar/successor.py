@@ -2,8 +2,11 @@
 
 The group coordinator reassigns a crashed member's shards only after its session timeout (6 s at
 least on a stock broker). Meanwhile each member is watched by one other, on another sidecar
-where there is one (`sidecar.ring.guardian`). The watcher probes it 4 times a second (a TCP
-connect, or a health call) and starts its shards itself once it takes it for gone (`Silence`).
+where there is one (`sidecar.ring.guardian`). The watcher holds a TCP connection open to it,
+which the kernel closes the moment its process dies (`sidecar.links`), and asks its health once
+a second, for a member paused or cut off; it starts the member's shards itself once it takes
+it for gone (`Silence`). While a member is in doubt (its link closed, a probe refused or not
+answered) it is probed 4 times a second.
 Their roles' `init_transactions` fence the watched member's transactional ids, so a paused member
 that wakes up can never write again: never two writers, never a duplicate. Once the group has
 reassigned the shards (to this member or another, which then fences it in turn), or the member
@@ -21,9 +24,8 @@ each time the member turned out to be alive.
 
 from __future__ import annotations
 
-import enum
-import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -31,26 +33,19 @@ import structlog
 
 from foundation.metrics import EARLY_TAKEOVER_FALSE_ALARMS, EARLY_TAKEOVERS
 from foundation.periodic import PeriodicThread
+from sidecar.links import Links, Probe
 from sidecar.owners import Owners
 
 log = structlog.get_logger(__name__)
 
-PROBE_EVERY_S = 0.25
+PROBE_EVERY_S = 0.25  # while a member is in doubt
 PROBE_TIMEOUT_S = 0.5
-# A health call costs both sides an HTTP request (about 0.0065 of a core each for 4 a second).
-# A TCP connect sees a refused port as well, so a healthy member gets one health call a second
-# and connects in between; once a call goes unanswered, every probe is a call again.
+# A health call costs both sides an HTTP request; a healthy member gets one a second, and its
+# link tells of a death in between. Once a call goes unanswered, every probe is a call again.
 HEALTH_EVERY_S = 1.0
 REFUSED_IN_A_ROW = 3  # connections refused for about a second: nothing listens there
 SILENT_S = 3.0  # no answer this long: gone, or too slow to own shards (within the 6 s session)
 SILENT_MAX_S = 48.0  # the most silence allowed a member that turned out alive again and again
-
-
-class Probe(enum.Enum):
-    ANSWERED = "answered"
-    LISTENING = "listening"  # a TCP connect was accepted: no news of its health
-    REFUSED = "refused"  # nothing listens at the address
-    SILENT = "silent"  # timed out, or answered other than healthy
 
 
 class Silence:
@@ -71,6 +66,11 @@ class Silence:
     def silent(self) -> bool:
         """Has a probe gone unanswered since the last answer?"""
         return self._silent_since is not None
+
+    @property
+    def in_doubt(self) -> bool:
+        """Is the member taken for gone, or is it silent or refusing now?"""
+        return self.gone is not None or self.silent or self._refused > 0
 
     def heard(self, probe: Probe, now: float) -> bool:
         """Record a probe's outcome at `now`; True for a false alarm."""
@@ -101,21 +101,33 @@ class Watch:
 
 class Successor(PeriodicThread):
     def __init__(self, owners: Owners, url: str) -> None:
-        super().__init__("successor", PROBE_EVERY_S)
+        super().__init__("successor", HEALTH_EVERY_S)
         self._owners, self._url = owners, url
         self.shards: frozenset[int] = frozenset()  # taken over early, not (yet) assigned here
         self._watches: dict[str, Watch] = {}  # of each watched member, by address
         self._http = httpx.Client(timeout=PROBE_TIMEOUT_S)
+        self._links = Links(PROBE_TIMEOUT_S)
+        self._closed: set[str] = set()  # members whose link closed during the last rest
+        self.on_change: Callable[[], None] = lambda: None  # the shards taken over changed
 
     def stop(self) -> None:
+        self._links.wake()
         super().stop()
         self._http.close()
+        self._links.close()
+
+    def rest(self, seconds: float) -> None:
+        """Until the next round, or at once when a member's link closes; a member in doubt is
+        probed every PROBE_EVERY_S."""
+        doubtful = any(watch.silence.in_doubt for watch in self._watches.values())
+        self._closed = self._links.wait(min(seconds, PROBE_EVERY_S) if doubtful else seconds)
 
     def tick(self) -> None:
         # The members watched now, with the shards the group gives them; a member newly watched
         # starts with a clean record.
         watched = {m.url: m.shards for m in self._owners.ring.watched(self._url) if m.shards}
         self._watches = {url: self._watches.get(url) or Watch() for url in watched}
+        self._links.keep(watched.keys())
         taken: frozenset[int] = frozenset()
         for url, shards in watched.items():
             gone = self._gone(url, self._watches[url])
@@ -126,12 +138,15 @@ class Successor(PeriodicThread):
                 log.warning("taking over a silent sidecar's shards", sidecar=url,
                             shards=sorted(shards), cause=gone.value)  # fmt: skip
             taken |= shards
-        self.shards = taken
+        if taken != self.shards:
+            self.shards = taken
+            self.on_change()
 
     def _gone(self, url: str, watch: Watch) -> Probe | None:
         """Probe the member at `url`: why it is taken for gone, if it is."""
         silence = watch.silence
-        if silence.heard(self._probe(url, watch), time.monotonic()):
+        probe = self._probe(url, watch)
+        if probe is not None and silence.heard(probe, time.monotonic()):
             EARLY_TAKEOVER_FALSE_ALARMS.inc()
             log.warning(
                 "the sidecar taken over on silence answers again: it was alive; it may be "
@@ -141,13 +156,17 @@ class Successor(PeriodicThread):
             )
         return silence.gone
 
-    def _probe(self, url: str, watch: Watch) -> Probe:
+    def _probe(self, url: str, watch: Watch) -> Probe | None:
+        """A health call once a second or while in doubt; a connect where the link closed or
+        is missing; None where the link is open and nothing is due (no news)."""
         now = time.monotonic()
         silence = watch.silence
         if silence.silent or silence.gone is not None or now - watch.health_at >= HEALTH_EVERY_S:
             watch.health_at = now
             return health_probe(self._http, url)
-        return tcp_probe(url)
+        if url in self._closed or not self._links.holds(url) or silence.in_doubt:
+            return self._links.connect(url)
+        return None
 
 
 def health_probe(http: httpx.Client, url: str) -> Probe:
@@ -158,14 +177,3 @@ def health_probe(http: httpx.Client, url: str) -> Probe:
     except httpx.HTTPError:
         return Probe.SILENT
     return Probe.ANSWERED if answer.status_code == 200 else Probe.SILENT
-
-
-def tcp_probe(url: str) -> Probe:
-    address = httpx.URL(url)
-    try:
-        socket.create_connection((address.host, address.port or 80), PROBE_TIMEOUT_S).close()
-    except TimeoutError:
-        return Probe.SILENT
-    except OSError:  # refused, or no route: as httpx's ConnectError
-        return Probe.REFUSED
-    return Probe.LISTENING

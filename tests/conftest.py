@@ -17,7 +17,7 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import settings
-from kafka_helpers import SESSION_TAG, TopicCleanup, unique, wait_for
+from kafka_helpers import SESSION_TAG, TopicCleanup, topic_ready, unique, wait_for
 
 from devtools.broker_for_tests import broker_for_tests, topic_replication_from_env
 from devtools.local_sidecar import SidecarProcess, isolated_env
@@ -65,15 +65,6 @@ def topic_cleanup(admin: AdminClient) -> Iterator[TopicCleanup]:
     cleanup = TopicCleanup(admin)
     yield cleanup
     cleanup.delete_all()
-
-
-def topic_ready(admin: AdminClient, name: str, partitions: int) -> bool:
-    """The topic is in the metadata with a leader for each partition (not just created)."""
-    metadata = admin.list_topics(name, timeout=10).topics.get(name)
-    if metadata is None or metadata.error is not None:
-        return False
-    leaders = [p.leader for p in metadata.partitions.values() if p.error is None]
-    return len(leaders) == partitions and min(leaders) >= 0
 
 
 @pytest.fixture

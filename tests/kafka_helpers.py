@@ -69,6 +69,15 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def topic_ready(admin: AdminClient, name: str, partitions: int) -> bool:
+    """The topic is in the metadata with a leader for each partition (not just created)."""
+    metadata = admin.list_topics(name, timeout=10).topics.get(name)
+    if metadata is None or metadata.error is not None:
+        return False
+    leaders = [p.leader for p in metadata.partitions.values() if p.error is None]
+    return len(leaders) == partitions and min(leaders) >= 0
+
+
 def make_producer(bootstrap: str) -> Producer:
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
 

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_helpers import (
     led_shards,
     now_ms,
+    topic_ready,
     unique,
     wait_delivering,
     wait_for,
@@ -49,9 +50,12 @@ def broker(tmp_path: Path) -> Iterator[LocalKafka]:
 
 
 def create_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str:
+    """A topic of this test's broker, with its leaders known: a sidecar asked for it a moment
+    after its creation found it without one and answered `unknown_topic` (a full run's)."""
     name = unique(prefix)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    wait_for(lambda: topic_ready(admin, name, partitions), 30, f"topic {name} in metadata")
     return name
 
 

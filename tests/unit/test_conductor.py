@@ -12,7 +12,8 @@ from kafka_helpers import wait_for
 from role_helpers import FencingRole, HandingRole, HeldRole, SteppingRole
 
 from delay_service.schedules import Freshness
-from foundation.supervision import LoopHealth, Watchdog
+from foundation.supervision import LoopHealth
+from foundation.watchdog import Watchdog
 from sidecar import conductor
 from sidecar.conductor import Conductor
 

@@ -3,9 +3,14 @@ listens, only after a longer silence when it may be alive, and longer again afte
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
+import time
 
-from sidecar.successor import REFUSED_IN_A_ROW, SILENT_MAX_S, SILENT_S, Probe, Silence, tcp_probe
+from sidecar.links import Links, Probe
+from sidecar.successor import REFUSED_IN_A_ROW, SILENT_MAX_S, SILENT_S, Silence
 
 R, S, A, L = Probe.REFUSED, Probe.SILENT, Probe.ANSWERED, Probe.LISTENING
 
@@ -76,9 +81,58 @@ def test_an_accepted_connect_breaks_a_run_of_refusals_and_nothing_else():
 
 
 def test_a_connect_tells_a_listening_port_from_a_refused_one():
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        url = f"http://127.0.0.1:{server.getsockname()[1]}"
-        assert tcp_probe(url) is Probe.LISTENING
-    assert tcp_probe(url) is Probe.REFUSED
+    links = Links(timeout_s=1)
+    try:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            url = f"http://127.0.0.1:{server.getsockname()[1]}"
+            assert links.connect(url) is Probe.LISTENING and links.holds(url)
+        assert links.connect(url) is Probe.REFUSED and not links.holds(url)
+    finally:
+        links.close()
+
+
+def test_a_link_closes_the_moment_its_member_is_killed():
+    """A blocking wait over the links wakes as the watched process dies (SIGKILL): the kernel
+    closes its sockets; until then it waits its whole time."""
+    member = subprocess.Popen(
+        [sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True
+    )  # fmt: skip
+    links = Links(timeout_s=1)
+    try:
+        url = f"http://127.0.0.1:{member.stdout.readline().strip()}"  # type: ignore[union-attr]
+        assert links.connect(url) is Probe.LISTENING
+        started = time.monotonic()
+        assert links.wait(0.3) == set()
+        assert time.monotonic() - started >= 0.3
+        member.send_signal(signal.SIGKILL)
+        started = time.monotonic()
+        assert links.wait(10) == {url}
+        assert time.monotonic() - started < 2
+        assert not links.holds(url) and links.connect(url) is Probe.REFUSED
+    finally:
+        member.kill()
+        member.wait()
+        links.close()
+
+
+def test_a_wake_ends_a_wait():
+    links = Links(timeout_s=1)
+    try:
+        links.wake()
+        started = time.monotonic()
+        assert links.wait(10) == set()
+        assert time.monotonic() - started < 2
+    finally:
+        links.close()
+
+
+# A member that accepts connections and never answers (its port on stdout).
+LISTENER = """
+import socket, time
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+held = [server.accept()[0] for _ in range(10)]
+time.sleep(60)
+"""

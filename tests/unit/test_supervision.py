@@ -11,7 +11,8 @@ from role_helpers import FencingRole, HandingRole, SteppingRole
 
 from foundation import supervision
 from foundation.metrics import LEADER_RESTARTS, LOOP_STALLED
-from foundation.supervision import LoopHealth, Supervisor, Watchdog
+from foundation.supervision import LoopHealth, Supervisor
+from foundation.watchdog import Watchdog
 
 
 class FlakyRole:
