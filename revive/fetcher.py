@@ -170,10 +170,13 @@ class GroupFetcher:
         return taken
 
     def available(self, topic: str, retries: bool | None = None) -> int:
-        """Buffered records for pops of `topic`: retry copies, originals, or (None) both."""
+        """Buffered records for pops of `topic`: retry copies, originals, or (None) both. Called
+        from the event loop while the service thread may drop lanes: a lane gone counts 0."""
         lanes = self._by_origin.get(topic, ())
         return sum(
-            len(self._lanes[key]) for key in lanes if retries is None or ("/" in key[0]) == retries
+            len(self._lanes.get(key, ()))
+            for key in lanes
+            if retries is None or ("/" in key[0]) == retries
         )
 
     def unread(self, topic: str) -> bool:
@@ -205,12 +208,14 @@ class GroupFetcher:
             self.consumer.incremental_unassign(dropped)
         self.assignment = [tp for tp in self.assignment if tp.topic not in gone]
         self.topics -= gone
-        for key in [key for key in self._lanes if source_topic(key[0]) in gone]:
-            del self._lanes[key]
+        # The index first, then the lanes: a reader on another thread never finds a key the
+        # index names missing from the lanes (`available`).
         self._by_origin = {
-            origin: [key for key in keys if key in self._lanes]
+            origin: [key for key in keys if source_topic(key[0]) not in gone]
             for origin, keys in self._by_origin.items()
         }
+        for key in [key for key in self._lanes if source_topic(key[0]) in gone]:
+            del self._lanes[key]
         for held in (self.committed, self._buffered, self._handed):
             for tp in [tp for tp in held if tp[0] in gone]:
                 del held[tp]

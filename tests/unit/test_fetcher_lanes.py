@@ -1,0 +1,58 @@
+"""GroupFetcher's lanes as another thread sees them while a deleted topic's lanes go."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+
+from revive.fetcher import Fetched, GroupFetcher, LaneKey, lane_name
+
+RETRY = "kpd.retry.g"
+
+
+class Interleaving(dict[LaneKey, deque[Fetched]]):
+    """Lanes that let a reader in at every deletion, as the event loop may be between two."""
+
+    def __init__(self, lanes: dict[LaneKey, deque[Fetched]], reader: Any) -> None:
+        super().__init__(lanes)
+        self.reader = reader
+        self.seen: list[int] = []
+
+    def __delitem__(self, key: LaneKey) -> None:
+        super().__delitem__(key)
+        self.seen.append(self.reader())
+
+
+@pytest.fixture
+def fetcher() -> Iterator[GroupFetcher]:
+    made = GroupFetcher(
+        "g", RETRY, {"bootstrap.servers": "127.0.0.1:1"}, lambda key: -1, lambda t, p: True
+    )
+    yield made
+    made.close()
+
+
+def buffered(fetcher: GroupFetcher, lanes: dict[LaneKey, int]) -> None:
+    fetcher._lanes = {key: deque(cast(Fetched, None) for _ in range(n)) for key, n in lanes.items()}
+    fetcher._by_origin = {}
+    for key in lanes:
+        fetcher._by_origin.setdefault(key[0].split("/", 1)[-1], []).append(key)
+
+
+def test_a_reader_between_two_dropped_lanes_counts_what_is_left(fetcher: GroupFetcher) -> None:
+    # Two partitions of a deleted topic, a retry lane of it, and a topic that stays.
+    buffered(
+        fetcher,
+        {("orders", 0): 2, ("orders", 1): 3, (lane_name(RETRY, "orders"), 0): 1, ("kept", 0): 4},
+    )
+    lanes = Interleaving(fetcher._lanes, lambda: fetcher.available("orders"))
+    fetcher._lanes = lanes
+    fetcher.remove_topics({"orders"})
+    # The index drops the deleted topic's lanes before they go: a reader sees them gone at once
+    # (never a KeyError); the retry lane (its source is the retry topic) stays.
+    assert lanes.seen == [1, 1]
+    assert fetcher.available("orders") == 1
+    assert fetcher.available("kept") == 4
