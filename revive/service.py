@@ -292,7 +292,10 @@ class PopService:
         until: dict[tuple[str, int], int] | None = None,
         wait_s: float = 0.0,
     ) -> None:
-        for topic in fetcher.fetch(until, wait_s):
+        arrived = fetcher.fetch(until, wait_s)
+        if arrived:  # a watermark may exist now where none did: a group's first offsets
+            self._wakes.floors_may_move()
+        for topic in arrived:
             self._deps.on_available(group, topic)
 
     # -- pop -------------------------------------------------------------------------------
