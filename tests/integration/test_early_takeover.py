@@ -6,6 +6,7 @@ a third sidecar reach its guardian."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -41,6 +42,17 @@ def counters(sidecar) -> tuple[float, float, float]:
     )
 
 
+def roles_running(sidecar, shards: set[int]) -> bool:
+    """Its log says the pop and the delay role of each of `shards` have started: a sidecar
+    paused while it still starts them owes that work after the pause, and answers late."""
+    lines = sidecar.log_path.read_text().splitlines()
+    return all(
+        any(event in line and re.search(rf"\bshard={shard}\b", line) for line in lines)
+        for shard in shards
+        for event in ("pop service started", "delay leader started")
+    )
+
+
 def paused(sidecar, seconds: float) -> None:
     sidecar.signal(signal.SIGSTOP)
     time.sleep(seconds)  # the pause itself is what is tested: nothing to wait for
@@ -51,6 +63,7 @@ def test_silence_is_allowed_longer_than_refusals_and_longer_after_a_false_alarm(
     a, b = (sidecar_factory(n, shards="2").start() for n in "ab")
     wait_for(lambda: led_shards(a) and led_shards(b), 60, "a and b lead a shard each")
     a_own, b_own = led_shards(a), led_shards(b)
+    wait_for(lambda: roles_running(a, a_own) and roles_running(b, b_own), 60, "their roles run")
 
     # Shorter than the silence allowed (a second of silence took the shards before).
     paused(b, SHORT_PAUSE_S)
