@@ -25,7 +25,7 @@ from api.node import Node
 from api.pop_bodies import AckBody, LeaseBody, NackBody, PopBody, RejectBody
 from api.pop_calls import Answer, Caller, pop_call, settle_call
 from api.pop_router import PopRouter
-from api.problems import Problem, problem_response
+from api.problems import Problem, internal_error
 from foundation.config import NAME_PATTERN, TOPIC_PATTERN
 
 log = structlog.get_logger(__name__)
@@ -86,16 +86,11 @@ class HotRoutes:
         try:
             answer = await call(Caller.of(scope, self._node))
         except Problem as problem:
-            response = problem_response(
-                problem.status, problem.code, problem.detail, problem.headers, **problem.extra
-            )
-            await response(scope, receive, send)
+            await problem.response()(scope, receive, send)
             return
         except Exception:  # as FastAPI's handler for it does (`api.problems`)
             log.exception("a pop-group call failed", path=scope["path"])
-            await problem_response(500, "internal_error", "internal error; see the sidecar log")(
-                scope, receive, send
-            )
+            await internal_error()(scope, receive, send)
             return
         headers = [(b"content-type", _JSON), (b"content-length", b"%d" % len(answer.body))]
         if answer.close:

@@ -65,6 +65,14 @@ class Problem(Exception):
         self.status, self.code, self.detail = status, code, detail
         self.headers, self.extra = headers, extra
 
+    def response(self) -> JSONResponse:
+        return problem_response(self.status, self.code, self.detail, self.headers, **self.extra)
+
+
+def internal_error() -> JSONResponse:
+    """What a call that raised answers: the traceback stays in the sidecar's log."""
+    return problem_response(500, "internal_error", "internal error; see the sidecar log")
+
 
 def leadership_moving(code: ProblemCode, detail: str, **extra: Any) -> Problem:
     """A 503 that clears up once a leader is in place: it says when to try again."""
@@ -96,7 +104,7 @@ def problem_response(
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
-        return problem_response(exc.status, exc.code, exc.detail, exc.headers, **exc.extra)
+        return exc.response()
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -123,7 +131,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _crashed(_: Request, exc: Exception) -> JSONResponse:
         # Starlette logs the traceback; the client gets a problem, not a text/plain page.
-        return problem_response(500, "internal_error", "internal error; see the sidecar log")
+        return internal_error()
 
 
 def _allowed_methods(request: Request) -> list[str]:
