@@ -53,8 +53,9 @@ def send(producer: Producer, topic: str, partition: int, n: int = 1) -> None:
 
 
 def test_a_record_wakes_the_service_that_fetches_its_partition_and_no_other(
-    kafka_bootstrap, new_topic
+    kafka_bootstrap, new_topic, monkeypatch
 ):
+    monkeypatch.setattr(arrivals, "KEEP_S", 60.0)  # longer than this test, however slow
     topic = new_topic("arrive", partitions=3)
     first, second = Service(("g1", topic), (topic, 0)), Service(("g2", topic), (topic, 1))
     awaited: set[Key] = {first.key, second.key}
@@ -79,7 +80,9 @@ def test_a_record_wakes_the_service_that_fetches_its_partition_and_no_other(
         # still reported, for the service to move them into its lanes for the next pop.
         awaited.discard(first.key)
         send(producer, topic, 0, 3)
-        wait_for(lambda: first.offsets() == [0, 3], 20, "partition 0's later records reported")
+        wait_for(lambda: first.offsets()[-1] == 3, 20, "partition 0's later records reported")
+        later = first.offsets()[1:]  # one report, or more if the reader's consumes split them
+        assert later == sorted(set(later)) and set(later) <= {1, 2, 3}
     finally:
         watch.stop()
 
