@@ -49,6 +49,7 @@ from bench.delay_load import (  # noqa: E402
     create_topic,
     now_ms,
 )
+from bench.pop_load import add_leases_argument  # noqa: E402
 from bench.share_groups import configure_share_group, share_consumer  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import (  # noqa: E402
@@ -66,11 +67,11 @@ GROUP = "bench-idle"
 
 
 class Sidecar(SidecarProcess):
-    def __init__(self, bootstrap: str, home: Path, workers: int) -> None:
+    def __init__(self, bootstrap: str, home: Path, workers: int, leases: str) -> None:
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
         env = isolated_env(
             bootstrap, "idle", home / "data", namespace, log_level="WARNING", shards="8",
-            workers=str(workers),
+            workers=str(workers), group_defaults__leases=leases,
         )  # fmt: skip
         super().__init__(env, home / "sidecar.log")
         self.buffer = env["KPD_BUFFER_TOPIC"]
@@ -292,7 +293,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     time.sleep(args.seconds)
     alone_cores = alone.cores()[1]
     print(f"{'broker alone':14s} broker {alone_cores:.4f} cores in {args.seconds:.0f} s")
-    sidecar = Sidecar(bootstrap, home, args.workers)
+    sidecar = Sidecar(bootstrap, home, args.workers, args.leases)
     try:
         sidecar.launch(timeout_s=300)
         topic = create_topic(admin, f"bench-idle-{uuid.uuid4().hex[:6]}", PARTITIONS)
@@ -353,6 +354,7 @@ def main() -> int:
         default=["idle", "parked", "pop", "delay", "share"],
         help="which phases, in this order (idle, parked, pop, delay, share)",
     )
+    add_leases_argument(parser)
     broker_jit.add_argument(parser)
     args = parser.parse_args()
     with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:

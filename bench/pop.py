@@ -59,6 +59,7 @@ from bench.pop_load import (  # noqa: E402
     PARTITIONS,
     VALUE_BYTES,
     Sidecar,
+    add_leases_argument,
     produce_backlog,
     raw_consume,
 )
@@ -93,7 +94,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
     raw_n, raw_rate = raw_consume(bootstrap, topic, args.records, args.phase_s)
     print(f"1. raw consume: {raw_n:,} records at {raw_rate:,.0f} msgs/s")
 
-    sidecar = Sidecar(bootstrap, home)
+    sidecar = Sidecar(bootstrap, home, args.leases)
     kpd: dict[int, dict] = {}
     latency: list[dict] = []
     p2p: dict = {}
@@ -270,6 +271,7 @@ def main() -> int:
     parser.add_argument("--latency-pops", type=int, default=500)
     parser.add_argument("--p2p-samples", type=int, default=200)
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the sidecar (0: off)")
+    add_leases_argument(parser)
     broker_jit.add_argument(parser)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()

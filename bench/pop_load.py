@@ -4,6 +4,7 @@ its HTTP pop and ack, client processes, and the CPU a phase costs the sidecar an
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import time
 import uuid
@@ -90,14 +91,20 @@ def raw_consume(bootstrap: str, topic: str, n: int, limit_s: float) -> tuple[int
 # -- the sidecar -----------------------------------------------------------------------------
 
 
+def add_leases_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--leases", choices=("durable", "memory"), default="durable",
+                        help="every group's lease mode (docs/lease-modes.md)")  # fmt: skip
+
+
 class Sidecar(SidecarProcess):
-    def __init__(self, bootstrap: str, home: Path) -> None:
+    def __init__(self, bootstrap: str, home: Path, leases: str = "durable") -> None:
         env = isolated_env(
             bootstrap,
             "bench-pop",
             home / "data",
             f"bench-{uuid.uuid4().hex[:6]}",
             log_level="WARNING",
+            group_defaults__leases=leases,  # every group's: docs/lease-modes.md
         )
         super().__init__(env, home / "sidecar.log")
         self.buffer = env["KPD_BUFFER_TOPIC"]

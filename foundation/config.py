@@ -62,6 +62,9 @@ class GroupSettings(BaseModel):
     backoff_ms: list[Annotated[int, Field(ge=0, le=TEN_YEARS_MS)]] = Field(
         default_factory=lambda: [s * 1000 for s in DEFAULT_BACKOFF_S], min_length=1
     )
+    # "memory": a pop is answered before its lease is written, which the next ack, nack, lease
+    # change or expiry of its shard writes; a crash forgets it (docs/lease-modes.md).
+    leases: Literal["durable", "memory"] = "durable"
     retry_topic: Topic | None = None  # default: <state topic prefix>retry.<group>
     dlq_topic: Topic | None = None  # default: <state topic prefix>dlq.<group>
 

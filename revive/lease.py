@@ -1,7 +1,9 @@
 """Pop: hand out the next records of a (group, topic) under one lease per lane partition.
 
 Each lane partition's share of a pop is one checkpoint (`CheckpointRecord`), written in the
-step's transaction; the caller is answered only after it commits. A retry-topic record whose kpd
+step's transaction; the caller is answered only after it commits. A group with leases held in
+memory is answered at once: its checkpoint is written with the next transaction of the shard
+(`revive.pop_step.Unwritten`, docs/lease-modes.md). A retry-topic record whose kpd
 headers cannot be trusted is never handed out: it is leased and dead-lettered at once, with the
 reason, so it fails only itself and the committed offset moves past it.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from foundation.clock import now_ms
+from foundation.config import Settings
 from foundation.delivery_log import Event
 from revive import metrics
 from revive.answers import message_json
@@ -26,8 +29,10 @@ from revive.requests import PopRequest
 
 
 class Leaser:
-    def __init__(self, state: PopState, codec: ReceiptCodec, held: HeldRecords) -> None:
-        self._state, self._codec, self._held = state, codec, held
+    def __init__(
+        self, settings: Settings, state: PopState, codec: ReceiptCodec, held: HeldRecords
+    ) -> None:
+        self._settings, self._state, self._codec, self._held = settings, state, codec, held
 
     def lease(
         self, request: PopRequest, fetcher: GroupFetcher, step: PopStep
@@ -37,10 +42,11 @@ class Leaser:
             return []
         now = now_ms()
         deadline = now + request.invisible_ms
+        durable = self._settings.group(request.group).leases == "durable"
         out = []
         for (lane, partition), batch in _by_lane(taken).items():
             key = (request.group, lane, partition)
-            checkpoint = self._checkpoint(key, batch, deadline, now, step)
+            checkpoint = self._checkpoint(key, batch, (deadline, now), step, durable)
             counts = checkpoint.delivery_counts
             texts = self._codec.encode_batch(
                 *key, checkpoint.checkpoint_id, checkpoint.offsets, counts
@@ -48,7 +54,8 @@ class Leaser:
             self._held.keep(key, (source for source, _ in batch))  # for a nack's copy
             for (source, found), count, text in zip(batch, counts, texts, strict=True):
                 out.append(message_json(source, found.origin, text, count, deadline))
-                step.log(Event.DELIVERED, source, found.origin, count, now, group=request.group)
+                step.log(Event.DELIVERED, source, found.origin, count, now, durable,
+                         group=request.group)  # fmt: skip
         metrics.POPPED.inc(len(out))
         return out
 
@@ -58,7 +65,7 @@ class Leaser:
         now = now_ms()
         for (lane, partition), batch in _by_lane(taken).items():
             key = (fetcher.group, lane, partition)
-            checkpoint = self._checkpoint(key, batch, now, now, step)
+            checkpoint = self._checkpoint(key, batch, (now, now), step)
             self._held.keep(key, (source for source, _ in batch))
             for source, found in batch:
                 offset = source.offset
@@ -74,10 +81,11 @@ class Leaser:
         self,
         key: tuple[str, str, int],
         batch: list[Fetched],
-        deadline: int,
-        now: int,
+        times: tuple[int, int],  # (the lease's deadline, now), epoch ms
         step: PopStep,
+        durable: bool = True,
     ) -> CheckpointRecord:
+        deadline, now = times
         record = CheckpointRecord(
             *key,
             self._state.new_checkpoint_id(),
@@ -87,7 +95,7 @@ class Leaser:
             now,
         )
         self._state.apply(record)
-        step.record(record)
+        step.record(record, durable)
         return record
 
 

@@ -2,14 +2,17 @@
 
 The step gathers state records (one Kafka record per ledger and step, see `revive.records`),
 the copies to make (retry, delayed retry, dead letter), delivery-log events and the answers to
-give; `revive.service` commits it all at once and only then answers the callers.
+give; `revive.service` commits it all at once and only then answers the callers. A pop of a
+group whose leases are held in memory (`leases = "memory"`, docs/lease-modes.md) writes nothing
+of its own: its checkpoints and events wait in `Unwritten` for the next transaction the shard
+commits, where they go first, so each ledger's records stay in order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
@@ -35,11 +38,31 @@ class Copy:
     answer: dict[str, Any] | None = None  # the caller's result, if a caller asked for this copy
 
 
+@dataclass
+class Unwritten:
+    """What pops of memory-lease groups handed out and no transaction has written yet, in the
+    order of the pops: checkpoints and their DELIVERED events. A crash forgets them."""
+
+    records: list[StateRecord] = field(default_factory=list)
+    events: list[tuple[Any, ...]] = field(default_factory=list)  # the arguments of `PopStep.log`
+
+    def take(self) -> tuple[list[StateRecord], list[tuple[Any, ...]]]:
+        taken = self.records, self.events
+        self.records, self.events = [], []
+        return taken
+
+
 class PopStep:
     def __init__(
-        self, producers: ProducersInTurn, timeout_s: float, log_topic: str, node: str
+        self,
+        producers: ProducersInTurn,
+        timeout_s: float,
+        log_topic: str,
+        node: str,
+        unwritten: Unwritten,
     ) -> None:
         self.txn = Transaction(producers, timeout_s, role="pop")
+        self._unwritten = unwritten
         self.groups: set[str] = set()  # groups whose committed offsets may move
         self.copies: list[Copy] = []
         self.settled: list[tuple[LedgerKey, int]] = []  # deliveries this step ends (ledger, offset)
@@ -48,8 +71,13 @@ class PopStep:
         self._checkpoints: dict[LedgerKey, list[Written]] = {}  # checkpoints opened, per ledger
         self._log_topic, self._node = log_topic, node
 
-    def record(self, record: StateRecord) -> None:
-        self.txn.begin()
+    def record(self, record: StateRecord, durable: bool = True) -> None:
+        """Add `record` to the step's transaction; one of a memory lease (not `durable`) waits
+        for a transaction the step opens for something else, or for a later step's."""
+        if not durable and not self.txn.open:
+            self._unwritten.records.append(record)
+            return
+        self._open()
         self._records.setdefault(record.key, []).append(record.to_bytes())
         if isinstance(record, CheckpointRecord):
             written = (record.checkpoint_id, record.offsets[-1])
@@ -60,7 +88,9 @@ class PopStep:
 
     def write_records(self, state_topic: str, state: PopState) -> None:
         """One state-topic record per ledger and step, in its shard's partition, so a ledger
-        stays ordered; where each checkpoint landed is noted for the replay floor."""
+        stays ordered; where each checkpoint landed is noted for the replay floor. The
+        transaction is open: what memory leases left unwritten goes in too."""
+        self._carry()
         for key, encoded in self._records.items():
             written = _noting(state, key, self._checkpoints.get(key, []))
             self.txn.produce(
@@ -69,8 +99,19 @@ class PopStep:
             )  # fmt: skip
 
     def log(
-        self, event: Event, record: SourceRecord, origin: Origin, count: int, at: int, **extra: Any
+        self,
+        event: Event,
+        record: SourceRecord,
+        origin: Origin,
+        count: int,
+        at: int,
+        durable: bool = True,
+        **extra: Any,
     ) -> None:
+        if not durable and not self.txn.open:
+            self._unwritten.events.append((event, record, origin, count, at, extra))
+            return
+        self._open()
         record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
         extra.setdefault("due_ms", None)
         value = log_record(
@@ -86,6 +127,19 @@ class PopStep:
             **extra,
         )
         self.txn.produce(self._log_topic, record_id, value)
+
+    def _open(self) -> None:
+        """Begin the transaction, with what earlier memory-lease pops left unwritten first."""
+        if not self.txn.open:
+            self.txn.begin()
+            self._carry()
+
+    def _carry(self) -> None:
+        records, events = self._unwritten.take()
+        for record in records:
+            self.record(record)
+        for event, source, origin, count, at, extra in events:
+            self.log(event, source, origin, count, at, **extra)
 
 
 def _noting(

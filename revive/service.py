@@ -46,7 +46,7 @@ from revive.lease import Leaser
 from revive.offsets import OffsetCommitter, OffsetSender
 from revive.pop_follower import Handover
 from revive.pop_state import PopState
-from revive.pop_step import PopStep
+from revive.pop_step import PopStep, Unwritten
 from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
@@ -108,8 +108,9 @@ class PopService:
         self._handover = handover
         self.state = handover[0] if handover is not None else PopState(deps.shards)
         self._held = HeldRecords(HELD_RECORD_BYTES)
+        self._unwritten = Unwritten()  # memory leases' records, for the next transaction
         self._held_bytes = metrics.HELD_BYTES.labels(str(shard))
-        self._leaser = Leaser(self.state, deps.codec, self._held)
+        self._leaser = Leaser(settings, self.state, deps.codec, self._held)
         self._settler = Settler(settings, self.state)
         self._copier = Copier(settings, self.state, self._reader, self._held)
         self._offsets = OffsetCommitter(self.state)
@@ -155,7 +156,7 @@ class PopService:
             requests = self.inbox.drain(self._wait_s())
         step = PopStep(
             self._producers, self._timeout_s, self._settings.delivery_log_topic,
-            self._settings.node_id,
+            self._settings.node_id, self._unwritten,
         )  # fmt: skip
         try:
             unsent = self._serve(requests, step)

@@ -33,6 +33,7 @@ def test_defaults_match_design() -> None:
     assert s.group("orders").max_deliveries == 16
     assert s.group("orders").backoff_ms[:3] == [10_000, 30_000, 60_000]
     assert s.group("orders").backoff_ms[-1] == 7_200_000
+    assert s.group("orders").leases == "durable"
     assert s.data_dir == Path(".kpd/data") / s.node_id
     assert s.standby_schedules == "all"
     assert s.ingest_behind_delivery_ms == 20
@@ -81,6 +82,9 @@ def test_environment_overrides_toml(monkeypatch: pytest.MonkeyPatch, clean_env: 
 def test_nested_group_setting_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KPD_GROUPS__billing__BACKOFF_MS", "[1000, 2000]")
     assert load_settings().group("billing").backoff_ms == [1000, 2000]
+    monkeypatch.setenv("KPD_GROUPS__billing__LEASES", "memory")
+    assert load_settings().group("billing").leases == "memory"
+    assert load_settings().group("other").leases == "durable"
 
 
 def test_secrets_are_not_printed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,6 +112,7 @@ def test_secrets_are_not_printed(monkeypatch: pytest.MonkeyPatch) -> None:
         ("KPD_GROUPS__g__INVISIBLE_MS", "999", "greater than or equal to 1000"),
         ("KPD_GROUPS__g__BACKOFF_MS", "[]", "at least 1 item"),
         ("KPD_GROUPS__g__BACKOFF_MS", "not json", "JSON"),
+        ("KPD_GROUPS__g__LEASES", "lazy", "'durable' or 'memory'"),
         ("KPD_STANDBY_SCHEDULES", "some", "'all' or 'next'"),
         ("KPD_INGEST_BEHIND_DELIVERY_MS", "-1", "greater than or equal to 0"),
         ("KPD_INGEST_BEHIND_DELIVERY_MS", "10001", "less than or equal to 10000"),
