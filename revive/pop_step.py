@@ -38,15 +38,24 @@ class Copy:
     answer: dict[str, Any] | None = None  # the caller's result, if a caller asked for this copy
 
 
+# Unwritten DELIVERED events past which a memory-lease pop is written at once: what a shard
+# holds of them stays bounded however long its leases last with no other transaction.
+UNWRITTEN_MAX_EVENTS = 10_000
+
+
 @dataclass
 class Unwritten:
     """What pops of memory-lease groups handed out and no transaction has written yet, in the
     order of the pops: checkpoints and their DELIVERED events. A crash forgets them."""
 
     records: list[StateRecord] = field(default_factory=list)
-    events: list[tuple[Any, ...]] = field(default_factory=list)  # the arguments of `PopStep.log`
+    events: list[tuple[str, bytes]] = field(default_factory=list)  # (record id, log record)
 
-    def take(self) -> tuple[list[StateRecord], list[tuple[Any, ...]]]:
+    @property
+    def full(self) -> bool:
+        return len(self.events) >= UNWRITTEN_MAX_EVENTS
+
+    def take(self) -> tuple[list[StateRecord], list[tuple[str, bytes]]]:
         taken = self.records, self.events
         self.records, self.events = [], []
         return taken
@@ -74,7 +83,7 @@ class PopStep:
     def record(self, record: StateRecord, durable: bool = True) -> None:
         """Add `record` to the step's transaction; one of a memory lease (not `durable`) waits
         for a transaction the step opens for something else, or for a later step's."""
-        if not durable and not self.txn.open:
+        if not (durable or self.txn.open or self._unwritten.full):
             self._unwritten.records.append(record)
             return
         self._open()
@@ -108,10 +117,6 @@ class PopStep:
         durable: bool = True,
         **extra: Any,
     ) -> None:
-        if not durable and not self.txn.open:
-            self._unwritten.events.append((event, record, origin, count, at, extra))
-            return
-        self._open()
         record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
         extra.setdefault("due_ms", None)
         value = log_record(
@@ -126,6 +131,10 @@ class PopStep:
             offset=origin.offset,
             **extra,
         )
+        if not (durable or self.txn.open or self._unwritten.full):
+            self._unwritten.events.append((record_id, value))
+            return
+        self._open()
         self.txn.produce(self._log_topic, record_id, value)
 
     def _open(self) -> None:
@@ -138,8 +147,8 @@ class PopStep:
         records, events = self._unwritten.take()
         for record in records:
             self.record(record)
-        for event, source, origin, count, at, extra in events:
-            self.log(event, source, origin, count, at, **extra)
+        for record_id, value in events:
+            self.txn.produce(self._log_topic, record_id, value)
 
 
 def _noting(
