@@ -55,6 +55,10 @@ class Unwritten:
     def full(self) -> bool:
         return len(self.events) >= UNWRITTEN_MAX_EVENTS
 
+    def forget(self, keys: set[LedgerKey]) -> None:
+        """Ledgers dropped (their topic deleted): their leases are never to be written."""
+        self.records = [record for record in self.records if record.key not in keys]
+
     def take(self) -> tuple[list[StateRecord], list[tuple[str, bytes]]]:
         taken = self.records, self.events
         self.records, self.events = [], []

@@ -239,9 +239,9 @@ class PopService:
         if fetcher is None or not (gone := gone & fetcher.topics):
             return
         fetcher.remove_topics(gone)
-        self.state.drop(
-            {k for k in self.state.ledgers if k[0] == group and source_topic(k[1]) in gone}
-        )
+        dropped = {k for k in self.state.ledgers if k[0] == group and source_topic(k[1]) in gone}
+        self.state.drop(dropped)
+        self._unwritten.forget(dropped)
         self._offsets.forget(group, gone)
         log.warning("dropped the lanes of a deleted topic", group=group, topics=sorted(gone))
 

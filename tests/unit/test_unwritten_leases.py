@@ -90,3 +90,15 @@ def test_unwritten_events_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert step.txn.open
     assert [call[0] for call in producer.calls] == ["begin", "log", "log", "log"]
     assert unwritten.take() == ([], [])
+
+
+def test_the_leases_of_a_dropped_ledger_are_never_written() -> None:
+    producer, unwritten = RecordingProducer(), Unwritten()
+    step = step_of(producer, unwritten)
+    pop(step, 1, 0)
+    other = ("g", "invoices", 0)
+    step.record(CheckpointRecord(*other, 2, (0,), (1,), 9_000, 1_000), False)
+    unwritten.forget({KEY})  # its topic was deleted
+    records, events = unwritten.take()
+    assert [r.key for r in records] == [other]
+    assert len(events) == 1  # the delivery happened: its event stays
