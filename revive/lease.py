@@ -46,7 +46,7 @@ class Leaser:
         out = []
         for (lane, partition), batch in _by_lane(taken).items():
             key = (request.group, lane, partition)
-            checkpoint = self._checkpoint(key, batch, (deadline, now), step, durable)
+            checkpoint = self._checkpoint(key, batch, deadline, now, step, durable)
             counts = checkpoint.delivery_counts
             texts = self._codec.encode_batch(
                 *key, checkpoint.checkpoint_id, checkpoint.offsets, counts
@@ -65,7 +65,7 @@ class Leaser:
         now = now_ms()
         for (lane, partition), batch in _by_lane(taken).items():
             key = (fetcher.group, lane, partition)
-            checkpoint = self._checkpoint(key, batch, (now, now), step)
+            checkpoint = self._checkpoint(key, batch, now, now, step)
             self._held.keep(key, (source for source, _ in batch))
             for source, found in batch:
                 offset = source.offset
@@ -81,11 +81,11 @@ class Leaser:
         self,
         key: tuple[str, str, int],
         batch: list[Fetched],
-        times: tuple[int, int],  # (the lease's deadline, now), epoch ms
+        deadline: int,
+        now: int,
         step: PopStep,
         durable: bool = True,
     ) -> CheckpointRecord:
-        deadline, now = times
         record = CheckpointRecord(
             *key,
             self._state.new_checkpoint_id(),

@@ -150,6 +150,15 @@ def pop_all(kpd: KpdClient, group: str, topic: str, count: int, timeout_s: float
     return popped
 
 
+def pop_until(kpd: KpdClient, group: str, topic: str, count: int, **kw: Any) -> list:
+    """Pop at most `count` messages in all, for up to 30 s (`kw`: the pop's other fields)."""
+    got: list = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        got += kpd.pop(group, topic, max_messages=count - len(got), wait_ms=2000, **kw)
+    return got
+
+
 def produce_to_partition(
     producer: Producer,
     topic: str,

@@ -11,13 +11,23 @@ import uuid
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from kafka_helpers import metric_total, metric_values, unique
-from test_pop import pop_until, produce
+from kafka_helpers import (
+    make_producer,
+    metric_total,
+    metric_values,
+    pop_until,
+    produce_all,
+    unique,
+)
 
 from kpd_client import KpdClient
 from revive.records import AckRecord, CheckpointRecord, StateRecord, unpack_batch
 
 MEMORY = {"group_defaults__leases": "memory", "groups__durable__leases": "durable"}
+
+
+def produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    produce_all(make_producer(bootstrap), topic, [(v.encode(), v.encode(), []) for v in values])
 
 
 def ledger_records(bootstrap: str, sidecar, group: str) -> list[StateRecord]:

@@ -19,6 +19,7 @@ from kafka_helpers import (
     led_shards,
     metric_total,
     metric_values,
+    pop_until,
     standby_shards,
     unique,
     wait_for,
@@ -63,14 +64,6 @@ def floor_moved(admin, prefix: str) -> bool:
     request = ConsumerGroupTopicPartitions(f"{prefix}pop-floor")
     found = admin.list_consumer_group_offsets([request])[request.group_id].result()
     return any(tp.offset > 0 for tp in found.topic_partitions)
-
-
-def pop_until(kpd: KpdClient, group: str, topic: str, count: int, **kw) -> list:
-    got: list = []
-    deadline = time.monotonic() + 30
-    while len(got) < count and time.monotonic() < deadline:
-        got += kpd.pop(group, topic, max_messages=count - len(got), wait_ms=2000, **kw)
-    return got
 
 
 # Every group gets 1.5 s backoff and 3 deliveries, so retry paths finish quickly.
