@@ -1,6 +1,18 @@
 # Images for docker compose: `sidecar` (kpd run) and `audit` (kpd audit with Spark + Java).
+# The compiled core (native/) is built into a wheel with Rust, which the sidecar image lacks.
+FROM python:3.11-slim AS native
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends curl ca-certificates gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+RUN curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+ENV PATH=/root/.cargo/bin:$PATH
+COPY native /native
+RUN pip install --no-cache-dir maturin && maturin build --release -m /native/Cargo.toml -o /wheels
+
 FROM python:3.11-slim AS sidecar
 WORKDIR /app
+COPY --from=native /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl
 COPY pyproject.toml README.md ./
 COPY foundation foundation
 COPY sidecar sidecar

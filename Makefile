@@ -9,13 +9,18 @@ RUN_DIR := .kpd
 
 .PHONY: install up down test lint bench compat clean
 
-# (Re)install when pyproject.toml changes; the stamp keeps later runs instant.
-$(STAMP): pyproject.toml
+NATIVE := native/Cargo.toml native/Cargo.lock native/pyproject.toml native/kpd_core.pyi $(wildcard native/src/*.rs)
+
+# (Re)install when pyproject.toml or the compiled core changes; the stamp keeps later runs
+# instant. The core (native/, docs/receipts.md) is built with cargo from crates.io by maturin.
+$(STAMP): pyproject.toml $(NATIVE)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "kpd needs Python 3.11+")'
 	@command -v java >/dev/null || { echo "kpd: Java 17+ is required (apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "kpd: Maven is required (apt-get install maven)"; exit 1; }
+	@command -v cargo >/dev/null || { echo "kpd: Rust's cargo is required (https://rustup.rs)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet ./native
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
@@ -50,8 +55,11 @@ down:
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	cargo fmt --manifest-path native/Cargo.toml --check
+	cargo clippy --manifest-path native/Cargo.toml --release --all-targets --locked -- -D warnings
 
 test: lint
+	cargo test --manifest-path native/Cargo.toml --release --locked
 	$(PY) -m pytest
 
 # Not part of `make test` (about 6 minutes per release): the integration suite and the client
@@ -67,4 +75,4 @@ bench: install
 	$(PY) bench/audit.py
 
 clean: down
-	rm -rf $(RUN_DIR) $(VENV)
+	rm -rf $(RUN_DIR) $(VENV) native/target

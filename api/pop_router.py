@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from api.availability import until
 from api.forwarding import forward, segment
 from api.node import Node
@@ -40,11 +42,13 @@ WATCH_S = 20.0  # how long a watch waits at the owner (the longest pop wait)
 # millisecond, and a peer told of it would only send a pop too late to find it.
 LEFT_FOR_CLIENTS_S = 0.01
 Source = PopService | str  # a local shard's service, or a remote owner's URL
+# A popped message: rendered by a local shard (`revive.lease`), or decoded from a peer's answer.
+Message = orjson.Fragment | dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Popped:
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     # Leased from another owner because this worker's own lanes of the (group, topic) had none
     # (not on a turn that asks the others first).
     elsewhere: bool
@@ -143,7 +147,7 @@ class PopRouter:
     ) -> Popped:
         local = [source for source in sources if isinstance(source, PopService)]
         remote = [source for source in sources if isinstance(source, str)]
-        found: list[dict[str, Any]] = []
+        found: list[Message] = []
         failed: Exception | None = None  # the first source that could not answer
         asked_here = 0  # local shards asked so far
         elsewhere = False
@@ -183,7 +187,7 @@ class PopRouter:
     @staticmethod
     async def _lease_here(
         service: PopService, group: str, topic: str, wanted: int, invisible_ms: int, ends: float
-    ) -> list[dict[str, Any]]:
+    ) -> list[Message]:
         """What `service` leases, given until `ends` (the round's bound); past it only a shard
         whose lanes show records is asked, within the round's `LATE_ASKS_S`."""
         fetchers = service.fetchers
@@ -201,7 +205,7 @@ class PopRouter:
 
     async def _lease_elsewhere(
         self, url: str, group: str, topic: str, wanted: int, invisible_ms: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[Message]:
         body = {"max_messages": wanted, "invisible_ms": invisible_ms, "wait_ms": 0}
         answer = await forward(self._node, "pop", url, pop_path(group, topic), body)
         self.turns.heard(url, group, topic, answer)

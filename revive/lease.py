@@ -6,18 +6,20 @@ memory is answered at once: its checkpoint is written with the next transaction 
 (`revive.pop_step.Unwritten`, docs/lease-modes.md). A retry-topic record whose kpd
 headers cannot be trusted is never handed out: it is leased and dead-lettered at once, with the
 reason, so it fails only itself and the committed offset moves past it.
+
+A lane batch's receipts, answers and DELIVERED events are made by the compiled core
+(`kpd_core`) in one call each: the answers as JSON fragments the HTTP layer writes as they are.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import orjson
+from kpd_core import DeliveryRenderer
 
 from foundation.clock import now_ms
 from foundation.config import Settings
-from foundation.delivery_log import Event
 from revive import metrics
-from revive.answers import message_json
-from revive.copies import Provenance
+from revive.copies import KPD_HEADERS, Provenance
 from revive.fetcher import UNTRUSTED, Fetched, GroupFetcher, LaneKey
 from revive.held_records import HeldRecords
 from revive.ledger import Outcome
@@ -33,17 +35,18 @@ class Leaser:
         self, settings: Settings, state: PopState, codec: ReceiptCodec, held: HeldRecords
     ) -> None:
         self._settings, self._state, self._codec, self._held = settings, state, codec, held
+        self._renderer = DeliveryRenderer(settings.node_id, KPD_HEADERS)
 
     def lease(
         self, request: PopRequest, fetcher: GroupFetcher, step: PopStep
-    ) -> list[dict[str, Any]]:
+    ) -> list[orjson.Fragment]:
         taken = fetcher.take(request.topic, request.max_messages)
         if not taken:
             return []
         now = now_ms()
         deadline = now + request.invisible_ms
         durable = self._settings.group(request.group).leases == "durable"
-        out = []
+        out: list[orjson.Fragment] = []
         for (lane, partition), batch in _by_lane(taken).items():
             key = (request.group, lane, partition)
             checkpoint = self._checkpoint(key, batch, deadline, now, step, durable)
@@ -52,10 +55,11 @@ class Leaser:
                 *key, checkpoint.checkpoint_id, checkpoint.offsets, counts
             )
             self._held.keep(key, (source for source, _ in batch))  # for a nack's copy
-            for (source, found), count, text in zip(batch, counts, texts, strict=True):
-                out.append(message_json(source, found.origin, text, count, deadline))
-                step.log(Event.DELIVERED, source, found.origin, count, now, durable,
-                         group=request.group)  # fmt: skip
+            answers, events = self._renderer.render(
+                request.group, batch, counts, texts, now, deadline
+            )
+            out += map(orjson.Fragment, answers)
+            step.log_events(events, durable)
         metrics.POPPED.inc(len(out))
         return out
 

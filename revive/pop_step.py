@@ -118,7 +118,6 @@ class PopStep:
         origin: Origin,
         count: int,
         at: int,
-        durable: bool = True,
         **extra: Any,
     ) -> None:
         record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
@@ -135,11 +134,20 @@ class PopStep:
             offset=origin.offset,
             **extra,
         )
+        self.log_events([(record_id, value)])
+
+    def log_events(self, events: list[tuple[str, bytes]], durable: bool = True) -> None:
+        """Add rendered delivery-log events (record id, value); a memory lease's wait as its
+        records do."""
         if not (durable or self.txn.open or self._unwritten.full):
-            self._unwritten.events.append((record_id, value))
+            self._unwritten.events += events
             return
         self._open()
-        self.txn.produce(self._log_topic, record_id, value)
+        self._produce_events(events)
+
+    def _produce_events(self, events: list[tuple[str, bytes]]) -> None:
+        for record_id, value in events:
+            self.txn.produce(self._log_topic, record_id, value)
 
     def _open(self) -> None:
         """Begin the transaction, with what earlier memory-lease pops left unwritten first."""
@@ -151,8 +159,7 @@ class PopStep:
         records, events = self._unwritten.take()
         for record in records:
             self.record(record)
-        for record_id, value in events:
-            self.txn.produce(self._log_topic, record_id, value)
+        self._produce_events(events)
 
 
 def _noting(

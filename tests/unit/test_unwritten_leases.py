@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kpd_core import DeliveryRenderer
 
-from foundation.delivery_log import Event
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.shards import ShardMap
 from revive import pop_step
-from revive.copies import Origin
+from revive.copies import KPD_HEADERS, Origin, Provenance
 from revive.ledger import Outcome
 from revive.pop_state import PopState
 from revive.pop_step import PopStep, Unwritten
@@ -20,6 +20,7 @@ from revive.records import AckRecord, CheckpointRecord, unpack_batch
 from revive.source_record import SourceRecord
 
 KEY = ("g", "orders", 0)
+RENDERER = DeliveryRenderer("node", KPD_HEADERS)
 
 
 class RecordingProducer:
@@ -47,7 +48,9 @@ def pop(step: PopStep, checkpoint_id: int, offset: int) -> None:
     """What `Leaser.lease` asks of a step for one message of a memory-lease group."""
     step.record(CheckpointRecord(*KEY, checkpoint_id, (offset,), (1,), 9_000, 1_000), False)
     source = SourceRecord("orders", 0, offset, None, b"v", (), 1_000)
-    step.log(Event.DELIVERED, source, Origin.here(source), 1, 1_000, False, group="g")
+    batch = [(source, Provenance(Origin.here(source), 0))]
+    _, events = RENDERER.render("g", batch, [1], ["receipt"], 1_000, 9_000)
+    step.log_events(events, False)
 
 
 def test_pops_write_nothing_until_a_transaction_opens_and_then_go_first() -> None:
