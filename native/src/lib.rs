@@ -1,8 +1,10 @@
 //! kpd's compiled core: per-record work done once per batch, bytes in and bytes out, no I/O.
-//! The Python packages are its face (`revive.receipt`, `revive.lease`); nothing here knows
-//! Kafka or HTTP.
+//! The Python packages are its face (`revive.receipt`, `revive.lease`, `revive.ledger`); nothing
+//! here knows Kafka or HTTP.
 
+mod ledger;
 mod msgpack;
+mod py_ledger;
 mod py_render;
 mod receipt;
 mod render;
@@ -286,6 +288,8 @@ fn kpd_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Receipt>()?;
     m.add_class::<ReceiptCodec>()?;
     m.add_class::<py_render::DeliveryRenderer>()?;
+    m.add_class::<py_ledger::PartitionLedger>()?;
+    m.add("MAX_DELIVERY_COUNT", ledger::MAX_DELIVERY_COUNT)?;
     m.add("MAX_RECEIPT_CHARS", receipt::MAX_RECEIPT_CHARS)?;
     m.add("MIN_SECRET_BYTES", receipt::MIN_SECRET_BYTES)?;
     m.add("MAX_CACHED_GROUPS", receipt::MAX_CACHED_GROUPS)?;
