@@ -34,13 +34,17 @@ async def settle(
     """One result per item, in request order (`kind`: ack, nack, leases or reject)."""
     results: list[dict[str, Any] | None] = [None] * len(items)
     by_shard: dict[int, list[Item]] = {}
+    shards: dict[tuple[str, int], int] = {}  # (topic, partition) -> shard: once per lane named
     for i, (text, argument) in enumerate(items):
         try:
             receipt = node.codec.decode(text, group=group)
         except InvalidReceipt as error:
             results[i] = {"receipt": text, "status": "invalid", "detail": error.reason}
             continue
-        shard = node.shard_map.of_lane(group, source_topic(receipt.topic), receipt.partition)
+        lane = (receipt.topic, receipt.partition)
+        shard = shards.get(lane)
+        if shard is None:
+            shard = shards[lane] = node.shard_map.of_lane(group, source_topic(lane[0]), lane[1])
         by_shard.setdefault(shard, []).append((i, text, receipt, argument))
     calls = _calls(node, kind, group, by_shard, local)
     answers = await asyncio.gather(*(_answered(call) for _, call in calls))

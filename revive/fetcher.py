@@ -162,11 +162,12 @@ class GroupFetcher:
         """Up to `limit` records for pops of `topic`, retries first (they waited longest)."""
         taken: list[tuple[LaneKey, Fetched]] = []
         for key in sorted(self._by_origin.get(topic, ()), key=lambda k: "/" not in k[0]):
-            lane = self._lanes[key]
+            lane, before = self._lanes[key], len(taken)
             while lane and len(taken) < limit:
-                fetched = lane.popleft()
-                taken.append((key, fetched))
-                self._count((fetched[0].topic, fetched[0].partition), -1)
+                taken.append((key, lane.popleft()))
+            if len(taken) > before:  # a lane holds records of one partition
+                record = taken[-1][1][0]
+                self._count((record.topic, record.partition), before - len(taken))
         return taken
 
     def available(self, topic: str, retries: bool | None = None) -> int:

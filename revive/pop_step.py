@@ -91,12 +91,13 @@ class PopStep:
             self._unwritten.records.append(record)
             return
         self._open()
-        self._records.setdefault(record.key, []).append(record.to_bytes())
+        key = record.key
+        self._records.setdefault(key, []).append(record.to_bytes())
         if isinstance(record, CheckpointRecord):
             written = (record.checkpoint_id, record.offsets[-1])
-            self._checkpoints.setdefault(record.key, []).append(written)
+            self._checkpoints.setdefault(key, []).append(written)
         elif isinstance(record, AckRecord):
-            self.settled.append((record.key, record.offset))
+            self.settled.append((key, record.offset))
         self.groups.add(record.group)
 
     def write_records(self, state_topic: str, state: PopState) -> None:
