@@ -19,7 +19,7 @@ from kpd_core import DeliveryRenderer
 from foundation.clock import now_ms
 from foundation.config import Settings
 from revive import metrics
-from revive.copies import KPD_HEADERS, Provenance
+from revive.copies import KPD_HEADERS
 from revive.fetcher import UNTRUSTED, Fetched, GroupFetcher, LaneKey
 from revive.held_records import HeldRecords
 from revive.ledger import Outcome
@@ -54,7 +54,7 @@ class Leaser:
             texts = self._codec.encode_batch(
                 *key, checkpoint.checkpoint_id, checkpoint.offsets, counts
             )
-            self._held.keep(key, (source for source, _ in batch))  # for a nack's copy
+            self._held.keep(key, [source for source, _ in batch])  # for a nack's copy
             answers, events = self._renderer.render(
                 request.group, batch, counts, texts, now, deadline
             )
@@ -93,18 +93,15 @@ class Leaser:
         record = CheckpointRecord(
             *key,
             self._state.new_checkpoint_id(),
-            tuple(source.offset for source, _ in batch),
-            tuple(_count(found) for _, found in batch),
+            # Comprehensions, not generators: one call per batch, not one resumption per record.
+            tuple([source.offset for source, _ in batch]),
+            tuple([found.previous_deliveries + 1 for _, found in batch]),
             deadline,
             now,
         )
         self._state.apply(record)
         step.record(record, durable)
         return record
-
-
-def _count(found: Provenance) -> int:
-    return found.previous_deliveries + 1
 
 
 def _by_lane(taken: list[tuple[LaneKey, Fetched]]) -> dict[LaneKey, list[Fetched]]:
