@@ -12,7 +12,7 @@ RUN_DIR := .kpd
 NATIVE := native/Cargo.toml native/Cargo.lock native/pyproject.toml native/kpd_core.pyi $(wildcard native/src/*.rs)
 
 # (Re)install when pyproject.toml or the compiled core changes; the stamp keeps later runs
-# instant. The core (native/, docs/receipts.md) is built with cargo from crates.io by maturin.
+# instant. The core (native/, docs/native-core.md) is built with cargo from crates.io by maturin.
 $(STAMP): pyproject.toml $(NATIVE)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "kpd needs Python 3.11+")'
 	@command -v java >/dev/null || { echo "kpd: Java 17+ is required (apt-get install openjdk-17-jdk-headless)"; exit 1; }

@@ -95,6 +95,20 @@ pub struct Receipt {
     delivery_count: u64,
 }
 
+impl Receipt {
+    /// The fields as a tuple: what equality, hashing and repr compare and show.
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let (group, topic) = (self.group.clone_ref(py), self.topic.clone_ref(py));
+        let numbers = (
+            self.partition,
+            self.offset,
+            self.checkpoint_id,
+            self.delivery_count,
+        );
+        (group, topic, numbers.0, numbers.1, numbers.2, numbers.3).into_pyobject(py)
+    }
+}
+
 #[pymethods]
 impl Receipt {
     #[new]
@@ -121,23 +135,12 @@ impl Receipt {
         })
     }
 
-    fn _fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let (group, topic) = (self.group.clone_ref(py), self.topic.clone_ref(py));
-        let numbers = (
-            self.partition,
-            self.offset,
-            self.checkpoint_id,
-            self.delivery_count,
-        );
-        (group, topic, numbers.0, numbers.1, numbers.2, numbers.3).into_pyobject(py)
-    }
-
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<PyObject> {
         let py = other.py();
         let Ok(other) = other.downcast::<Receipt>() else {
             return Ok(py.NotImplemented());
         };
-        let equal = self._fields(py)?.eq(other.get()._fields(py)?)?;
+        let equal = self.fields(py)?.eq(other.get().fields(py)?)?;
         match op {
             CompareOp::Eq => Ok(equal.into_pyobject(py)?.to_owned().into_any().unbind()),
             CompareOp::Ne => Ok((!equal).into_pyobject(py)?.to_owned().into_any().unbind()),
@@ -146,11 +149,11 @@ impl Receipt {
     }
 
     fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
-        self._fields(py)?.hash()
+        self.fields(py)?.hash()
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!("Receipt{}", self._fields(py)?.repr()?))
+        Ok(format!("Receipt{}", self.fields(py)?.repr()?))
     }
 }
 

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kpd_core import DeliveryRenderer
 
+from foundation.delivery_log import Event, log_record
 from revive.copies import DELIVERY_COUNT, KPD_HEADERS, ORIGIN_TOPIC, Origin, Provenance
 from revive.source_record import SourceRecord
 
@@ -90,20 +91,23 @@ def test_answers_and_events_are_the_promised_json(messages, group):
     assert [record_id for record_id, _ in events] == [
         f"{origin.topic}:{origin.partition}:{origin.offset}" for _, origin, _, _ in messages
     ]
+    # The one definition of an event's fields: foundation.delivery_log, as the other events use.
     assert [orjson.loads(value) for _, value in events] == [
-        {
-            "event": "delivered",
-            "id": f"{origin.topic}:{origin.partition}:{origin.offset}",
-            "target": origin.topic,
-            "due_ms": None,
-            "at_ms": 5_000,
-            "enqueued_ms": record.timestamp_ms,
-            "delivery_count": count,
-            "node": "node-a",
-            "partition": origin.partition,
-            "offset": origin.offset,
-            "group": group,
-        }
+        orjson.loads(
+            log_record(
+                Event.DELIVERED,
+                f"{origin.topic}:{origin.partition}:{origin.offset}",
+                origin.topic,
+                due_ms=None,
+                at_ms=5_000,
+                enqueued_ms=record.timestamp_ms,
+                node="node-a",
+                delivery_count=count,
+                partition=origin.partition,
+                offset=origin.offset,
+                group=group,
+            )
+        )
         for record, origin, count, _ in messages
     ]
 
