@@ -44,6 +44,14 @@ class PlainRecords:
         self._count += 1
         return self._count >= SEND_EVERY
 
+    def extend(self, topic: str, records: list[tuple[str, bytes]]) -> bool:
+        """Queue (key, value) records for the producer's partitioner; as `add` does."""
+        queued = [{"key": key, "value": value} for key, value in records]
+        self._by_place.setdefault((topic, -1), []).extend(queued)
+        self._topics.add(topic)
+        self._count += len(queued)
+        return self._count >= SEND_EVERY
+
     def holds(self, topic: str) -> bool:
         return topic in self._topics
 

@@ -136,6 +136,12 @@ class Transaction:
         if self._plain.add(topic, key, value, partition, tracker):
             self.send_added()
 
+    def add_many(self, topic: str, records: list[tuple[str, bytes]]) -> None:
+        """`add` of (key, value) records, for the producer's partitioner, in one call."""
+        self.begin()
+        if self._failed_early is None and self._plain.extend(topic, records):
+            self.send_added()
+
     def send_added(self) -> None:
         """Hand what `add` queued to the producer now (else it goes with a full batch or at the
         commit): records sent together join the transaction in one request."""

@@ -79,3 +79,55 @@ class DeliveryRenderer:
         at_ms: int,
         invisible_until_ms: int,
     ) -> tuple[list[bytes], list[tuple[str, bytes]]]: ...
+
+HEADER_FRAMING_BYTES: int
+
+class SourceRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int
+    size: int
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Iterable[tuple[str, bytes | None]] | None,
+        timestamp_ms: int,
+    ) -> None: ...
+    @staticmethod
+    def of(message: object) -> SourceRecord: ...
+
+class Origin:
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: str, partition: int, offset: int) -> None: ...
+    @staticmethod
+    def here(record: SourceRecord) -> Origin: ...
+
+class Provenance:
+    origin: Origin
+    previous_deliveries: int
+    distrust: str | None
+    def __init__(
+        self, origin: Origin, previous_deliveries: int, distrust: str | None = None
+    ) -> None: ...
+
+def provenance(record: SourceRecord, retry_topic: str) -> Provenance: ...
+def lane_name(source_topic: str, origin_topic: str) -> str: ...
+def lane_runs(
+    messages: list[object], retry_topic: str, untrusted: str
+) -> list[tuple[str, str, int, list[tuple[SourceRecord, Provenance]]]]: ...
+def ack_records(
+    ledger: tuple[str, str, int],
+    leases: Iterable[tuple[int, int]],
+    outcome: int,
+    at_ms: int,
+) -> list[bytes]: ...

@@ -19,7 +19,7 @@ from foundation.config import GroupSettings, Settings
 from foundation.delivery_log import Event
 from foundation.record_size import Header, copy_limit, fitted, record_bytes
 from revive import metrics
-from revive.copies import DLQ_REASON, Origin, copy_headers, trusted_or_flagged
+from revive.copies import DLQ_REASON, Origin, copy_headers, provenance
 from revive.fetcher import source_topic
 from revive.held_records import HeldRecords, Place
 from revive.pop_state import PopState
@@ -49,7 +49,7 @@ class Copier:
                 continue
             group = self._settings.group(copy.key[0])
             assert group.retry_topic is not None
-            origin = trusted_or_flagged(record, group.retry_topic).origin
+            origin = provenance(record, group.retry_topic).origin
             headers = copy_headers(record, origin, copy.delivery_count)
             reason = copy.dead_letter_reason or self._too_large_to_retry(record, headers)
             if reason is not None and copy.answer is not None:

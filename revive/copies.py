@@ -8,13 +8,21 @@ Those headers are kpd's bookkeeping, trusted only on the group's retry topic, wh
 writes, and only when they parse within range. Any producer can set them on any other topic: a
 record on a user topic (a DLQ redrive, say) starts at delivery 1 whatever it carries, and a
 retry-topic record with headers kpd cannot trust is dead-lettered with the reason.
+
+The compiled core reads them (`kpd_core`): `provenance(record, retry_topic)` gives a record's
+`Provenance`: its `Origin` (topic, partition, offset: its own place for an original),
+`previous_deliveries` (0 for an original, the copy's count for a retry) and `distrust`, why a
+retry copy cannot be trusted (then its origin is its own place). Trusted means: each header
+once; `kpd-origin-topic` a topic name; `kpd-origin-partition` a decimal in 0..2**31-1,
+`kpd-origin-offset` in 0..2**63-1, and `kpd-delivery-count` in 1..65534 (its next delivery's
+count must fit the ledger's 16 bits); decimals without sign, spaces or leading zeros.
 """
 
 from __future__ import annotations
 
-import re
-
-import msgspec
+from kpd_core import Origin as Origin
+from kpd_core import Provenance as Provenance
+from kpd_core import provenance as provenance
 
 from revive.source_record import Header, SourceRecord
 
@@ -35,77 +43,6 @@ KPD_HEADERS = frozenset(
         "kpd-deliver-at",
     }
 )
-MAX_PARTITION = 2**31 - 1
-MAX_OFFSET = 2**63 - 1
-MAX_DELIVERIES = 0xFFFE  # a copy's count + 1 must still fit the ledger's 16-bit counts
-_DECIMAL = re.compile(rb"(0|[1-9][0-9]{0,18})")
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
-
-
-class UntrustedHeaders(ValueError):
-    """A retry-topic record whose kpd headers are missing, malformed or out of range."""
-
-
-class Origin(msgspec.Struct, frozen=True, gc=False):
-    """Where a message was first produced; a retry copy's origin is its original's."""
-
-    topic: str
-    partition: int
-    offset: int
-
-    @classmethod
-    def here(cls, record: SourceRecord) -> Origin:
-        return cls(record.topic, record.partition, record.offset)
-
-
-class Provenance(msgspec.Struct, frozen=True, gc=False):
-    origin: Origin
-    previous_deliveries: int  # 0 for an original, the copy's count for a retry
-    distrust: str | None = None  # why a retry copy's kpd headers cannot be trusted
-
-
-def trusted_or_flagged(record: SourceRecord, retry_topic: str) -> Provenance:
-    """`provenance`, or for a retry copy kpd cannot trust, its own place with the reason."""
-    try:
-        return provenance(record, retry_topic)
-    except UntrustedHeaders as error:
-        return Provenance(Origin.here(record), 0, str(error))
-
-
-def provenance(record: SourceRecord, retry_topic: str) -> Provenance:
-    """Origin and earlier deliveries of `record`; `UntrustedHeaders` for a bad retry copy."""
-    if record.topic != retry_topic:
-        return Provenance(Origin.here(record), 0)
-    headers: dict[str, bytes | None] = {}
-    for name, value in record.headers:
-        if name in headers:
-            raise UntrustedHeaders(f"header {name} appears twice")
-        headers[name] = value
-    topic = _field(headers, ORIGIN_TOPIC).decode("ascii", "replace")
-    if not _TOPIC.fullmatch(topic):
-        raise UntrustedHeaders(f"{ORIGIN_TOPIC} {topic[:80]!r} is not a topic name")
-    return Provenance(
-        Origin(
-            topic,
-            _number(headers, ORIGIN_PARTITION, MAX_PARTITION),
-            _number(headers, ORIGIN_OFFSET, MAX_OFFSET),
-        ),
-        _number(headers, DELIVERY_COUNT, MAX_DELIVERIES, minimum=1),
-    )
-
-
-def _field(headers: dict[str, bytes | None], name: str) -> bytes:
-    value = headers.get(name)
-    if value is None:
-        raise UntrustedHeaders(f"retry copy without {name}")
-    return value
-
-
-def _number(headers: dict[str, bytes | None], name: str, maximum: int, minimum: int = 0) -> int:
-    raw = _field(headers, name)
-    if _DECIMAL.fullmatch(raw) is None or not minimum <= int(raw) <= maximum:
-        raise UntrustedHeaders(f"{name} {raw[:40]!r} is not a decimal in {minimum}..{maximum}")
-    return int(raw)
 
 
 def user_headers(record: SourceRecord) -> list[Header]:

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+from kpd_core import lane_name as lane_name  # the face of lane names for the rest of revive
+from kpd_core import lane_runs
 
 from foundation.kafka_clients import consume_ready, state_consumer
-from revive.copies import Provenance, trusted_or_flagged
+from revive.copies import Provenance
 from revive.source_record import SourceRecord
 
 PAUSE_AT = 5_000  # buffered records per partition before fetching pauses (bounds memory)
@@ -33,18 +35,15 @@ FETCH_CHUNKS = 4  # per call: as many records as one consume of 2,000 moved befo
 # only the idle polling (10 a second per group and shard at 100 ms) and how soon a topic newly
 # popped, or a partition resumed, joins the fetch.
 FETCH_WAIT_MS = 500
-LaneKey = tuple[str, int]  # (lane name, partition)
+# (lane name, partition); `lane_name` is `orders` for originals and `kpd.retry.g/orders` for
+# retries (no topic name has a `/`).
+LaneKey = tuple[str, int]
 # A lane's entry. The tuple holds untracked objects only, so the collector untracks it at its
 # first collection (`revive.source_record`).
 Fetched = tuple[SourceRecord, Provenance]
 # Retry-topic records whose kpd headers cannot be trusted gather under this origin ("" is no
 # topic name, so no pop asks for it); the pop service dead-letters them with the reason.
 UNTRUSTED = ""
-
-
-def lane_name(source_topic: str, origin_topic: str) -> str:
-    """`orders` for originals; `kpd.retry.g/orders` for retries (no topic name has a `/`)."""
-    return source_topic if source_topic == origin_topic else f"{source_topic}/{origin_topic}"
 
 
 def source_topic(lane: str) -> str:
@@ -140,22 +139,23 @@ class GroupFetcher:
         return any(self._handed.get(tp, -1) <= offset for tp, offset in until.items())
 
     def _sort(self, messages: list[Message], arrived: set[str]) -> None:
-        for message in messages:
-            if message.error() is not None:
-                continue
-            record = SourceRecord.of(message)
-            self._handed[(record.topic, record.partition)] = record.offset + 1
-            found = trusted_or_flagged(record, self.retry_topic)
-            origin = UNTRUSTED if found.distrust else found.origin.topic
-            key = (lane_name(record.topic, origin), record.partition)
-            if record.offset <= self._last_leased(key):
-                continue  # leased before a restart: the ledger has it
-            lane = self._lanes.get(key)
-            if lane is None:
-                lane = self._lanes[key] = deque()
+        """Copy the records into their lanes: the core sorts a consume's messages into runs of
+        one lane, so the work here is per run, not per record."""
+        for origin, lane, partition, run in lane_runs(messages, self.retry_topic, UNTRUSTED):
+            tp = (run[0][0].topic, partition)
+            self._handed[tp] = run[-1][0].offset + 1
+            key = (lane, partition)
+            floor = self._last_leased(key)  # leased before a restart: the ledger has it
+            if run[0][0].offset <= floor:
+                run = [pair for pair in run if pair[0].offset > floor]
+                if not run:
+                    continue
+            fetched = self._lanes.get(key)
+            if fetched is None:
+                fetched = self._lanes[key] = deque()
                 self._by_origin.setdefault(origin, []).append(key)
-            lane.append((record, found))
-            self._count((record.topic, record.partition), 1)
+            fetched.extend(run)
+            self._count(tp, len(run))
             arrived.add(origin)
 
     def take(self, topic: str, limit: int) -> list[tuple[LaneKey, Fetched]]:

@@ -9,9 +9,8 @@ not fit (long leases on a busy shard) and what was leased before a takeover is r
 before.
 
 Holding is on the path of every pop and ack, so it is kept cheap: one insertion-ordered dict of
-offsets per ledger (no tuple key to build and hash per record), the record as fetched (an
-untracked struct, `revive.source_record`: no copy), and its size computed again when it is
-dropped rather than stored beside it (kpd never changes a fetched record).
+offsets per ledger (no tuple key to build and hash per record), and the record as fetched (an
+untracked struct, `revive.source_record`: no copy), which knows its size.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from foundation.record_size import record_bytes
 from revive.pop_state import LedgerKey
 from revive.source_record import SourceRecord
 
@@ -29,7 +27,7 @@ Place = tuple[LedgerKey, int]  # (group, lane, partition), offset
 
 def held_bytes(record: SourceRecord) -> int:
     """What holding a record costs, roughly; the same for the same record every time."""
-    return ENTRY_OVERHEAD_BYTES + record_bytes(record.key, record.value, record.headers)
+    return ENTRY_OVERHEAD_BYTES + record.size
 
 
 class HeldRecords:
@@ -50,7 +48,7 @@ class HeldRecords:
         if held is None:
             held = self._ledgers[key] = OrderedDict()
         for record in records:
-            offset, size = record.offset, held_bytes(record)
+            offset, size = record.offset, ENTRY_OVERHEAD_BYTES + record.size  # `held_bytes`
             replaced = held.pop(offset, None)
             if replaced is not None:
                 self.bytes -= held_bytes(replaced)
@@ -66,15 +64,18 @@ class HeldRecords:
         held = self._ledgers.get(key)
         return None if held is None else held.get(offset)
 
-    def drop(self, key: LedgerKey, offset: int) -> None:
-        held = self._ledgers.get(key)
-        if held is None:
-            return
-        record = held.pop(offset, None)
-        if record is not None:
-            self.bytes -= held_bytes(record)
-        if not held:  # a ledger held again later goes to the back of the eviction order
-            del self._ledgers[key]
+    def drop(self, places: Iterable[Place]) -> None:
+        """Stop holding the records of settled deliveries (those not held change nothing)."""
+        ledgers = self._ledgers
+        for key, offset in places:
+            held = ledgers.get(key)
+            if held is None:
+                continue
+            record = held.pop(offset, None)
+            if record is not None:
+                self.bytes -= ENTRY_OVERHEAD_BYTES + record.size  # `held_bytes`, inline
+            if not held:  # a ledger held again later goes to the back of the eviction order
+                del ledgers[key]
 
     def _drop_oldest(self) -> None:
         key, held = next(iter(self._ledgers.items()))

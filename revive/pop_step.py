@@ -21,8 +21,9 @@ from foundation.delivery_log import Event, log_record
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.transactions import Transaction
 from revive.copies import Origin
+from revive.ledger import Outcome
 from revive.pop_state import LedgerKey, PopState, Written
-from revive.records import AckRecord, CheckpointRecord, StateRecord, pack_batch
+from revive.records import AckRecord, CheckpointRecord, StateRecord, ack_records, pack_batch
 from revive.source_record import SourceRecord
 
 
@@ -100,6 +101,13 @@ class PopStep:
             self.settled.append((key, record.offset))
         self.groups.add(record.group)
 
+    def acked(self, key: LedgerKey, leases: list[tuple[int, int]], at_ms: int) -> None:
+        """`record` of the ack records of one ledger's acked (checkpoint id, offset) leases."""
+        self._open()
+        self._records.setdefault(key, []).extend(ack_records(key, leases, Outcome.ACKED, at_ms))
+        self.settled += [(key, offset) for _, offset in leases]
+        self.groups.add(key[0])
+
     def write_records(self, state_topic: str, state: PopState) -> None:
         """One state-topic record per ledger and step, in its shard's partition, so a ledger
         stays ordered; where each checkpoint landed is noted for the replay floor. The
@@ -147,8 +155,8 @@ class PopStep:
         self._produce_events(events)
 
     def _produce_events(self, events: list[tuple[str, bytes]]) -> None:
-        for record_id, value in events:
-            self.txn.produce(self._log_topic, record_id, value)
+        if events:  # handed to the producer a batch at a time (`foundation.plain_records`)
+            self.txn.add_many(self._log_topic, events)
 
     def _open(self) -> None:
         """Begin the transaction, with what earlier memory-lease pops left unwritten first."""

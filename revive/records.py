@@ -8,8 +8,10 @@ DESIGN principle 1: every lease change is first a record in a kpd state topic. T
 
 Encoding: msgpack array ``[version, kind, group, topic, partition, checkpoint_id, ...]``. Offsets
 are stored as the first offset plus deltas, and a contiguous batch as the first offset plus its
-length. Records of one ledger share the key (group, topic, partition), so keying the state topic
-by it keeps them in order on one partition.
+length. Ack records, one per settled delivery, are encoded by the compiled core
+(`kpd_core.ack_records`: a ledger's acks of a call in one pass). Records of one ledger share
+the key (group, topic, partition), so keying the state topic by it keeps them in order on one
+partition.
 
 ``apply(ledger, record)`` feeds one record through the same ledger methods the live leader
 called, with the record's own timestamps, so ``replay(records)`` on a fresh process rebuilds
@@ -26,6 +28,7 @@ from typing import Self
 
 import msgpack
 import msgspec
+from kpd_core import ack_records as ack_records
 
 from revive.ledger import Outcome, PartitionLedger
 
@@ -158,18 +161,8 @@ class AckRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
     at_ms: int
 
     def to_bytes(self) -> bytes:
-        return _pack(
-            _KIND_ACK,
-            [
-                self.group,
-                self.topic,
-                self.partition,
-                self.checkpoint_id,
-                self.offset,
-                int(self.outcome),
-                self.at_ms,
-            ],
-        )
+        leases = [(self.checkpoint_id, self.offset)]
+        return ack_records(self.key, leases, int(self.outcome), self.at_ms)[0]
 
 
 class DeadlineRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):

@@ -204,8 +204,7 @@ class PopService:
                 step.txn.send_offsets(offsets, self._floor.consumer.consumer_group_metadata())
             step.txn.commit()
             self._floors_sent.update(floors)
-            for key, offset in step.settled:  # their copies, if any, are written
-                self._held.drop(key, offset)
+            self._held.drop(step.settled)  # their copies, if any, are written
             self._held_bytes.set(self._held.bytes)
         return unsent
 

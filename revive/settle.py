@@ -26,10 +26,11 @@ class Settler:
 
     def settle(self, request: SettleRequest, step: PopStep) -> list[dict[str, Any]]:
         """Settle receipts the router has verified and found to be this shard's."""
+        if request.kind == "ack":
+            return self._ack(request, step)
         results = []
         group = self._settings.group(request.group)
         now = now_ms()
-        acked = 0
         for text, receipt, argument in request.items:
             key = (request.group, receipt.topic, receipt.partition)
             ledger = self._state.ledgers.get(key)
@@ -41,10 +42,29 @@ class Settler:
                 request.kind, group, (key, ledger), receipt, (argument, now), step, entry
             )
             entry["status"] = status
-            acked += status in (ACKED, ACKED_LATE)
             results.append(entry)
+        return results
+
+    def _ack(self, request: SettleRequest, step: PopStep) -> list[dict[str, Any]]:
+        """Acks, the common call: each ledger's ack records encoded together once all are in."""
+        results = []
+        now = now_ms()
+        acked: dict[LedgerKey, list[tuple[int, int]]] = {}
+        for text, receipt, _ in request.items:
+            key = (request.group, receipt.topic, receipt.partition)
+            ledger = self._state.ledgers.get(key)
+            if ledger is None:
+                results.append({"receipt": text, "status": "invalid"})
+                continue
+            lease = (receipt.checkpoint_id, receipt.offset)
+            status = ledger.ack(*lease, now)
+            if status in (ACKED, ACKED_LATE):
+                acked.setdefault(key, []).append(lease)
+            results.append({"receipt": text, "status": status})
+        for key, leases in acked.items():
+            step.acked(key, leases, now)
         if acked:  # one increment per call: a locked counter costs 1 us a time
-            metrics.ACKED.inc(acked)
+            metrics.ACKED.inc(sum(map(len, acked.values())))
         return results
 
     def expire(self, step: PopStep) -> int | None:
@@ -76,15 +96,11 @@ class Settler:
         step: PopStep,
         entry: dict[str, Any],
     ) -> str:
-        """Settle one receipt; its status (`entry` may get more fields, and a copy refers to
-        it, so a nack the copier has to dead-letter answers what really happened)."""
+        """Settle one receipt other than by an ack; its status (`entry` may get more fields, and
+        a copy refers to it, so a nack the copier has to dead-letter answers what really
+        happened)."""
         (key, ledger), (argument, now) = lane, call
         cp, offset = receipt.checkpoint_id, receipt.offset
-        if kind == "ack":
-            status = ledger.ack(cp, offset, now)
-            if status in (ACKED, ACKED_LATE):
-                step.record(AckRecord(*key, cp, offset, Outcome.ACKED, now))
-            return status
         if kind == "leases":
             until = now + int(argument)
             status = ledger.change_deadline(cp, offset, until, now)

@@ -2,39 +2,19 @@
 
 A pop leader holds many records: up to 5,000 fetched ones per partition in its lanes, and those
 it handed out until their delivery is settled (`revive.held_records`). confluent-kafka's `Message`
-is an object the garbage collector tracks, so held messages reached its oldest generation and
-every full collection walked them all: with Python's default thresholds, collections took 14% of
-a worker's CPU at pop batches of 1,000 (BENCHMARKS.md, 2026-11-25 19:49). Copied into this
-untracked struct as it is fetched (or read back), each `Message` is freed at once and the
-collector never sees the record.
+is an object the garbage collector tracks, and held messages made every full collection walk
+them all. Each is copied into a `SourceRecord` of the compiled core as it is fetched (or read
+back), which the collector does not track, and the `Message` is freed at once.
+
+`SourceRecord(topic, partition, offset, key, value, headers, timestamp_ms)`, or
+`SourceRecord.of(message)`; `headers` is a tuple of (name, value) pairs as produced, kpd's own
+included, and `size` is the record's `foundation.record_size.record_bytes`, computed once.
 """
 
 from __future__ import annotations
 
-import msgspec
-from confluent_kafka import Message
+from kpd_core import SourceRecord
 
 Header = tuple[str, bytes | None]
 
-
-class SourceRecord(msgspec.Struct, frozen=True, gc=False):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...]  # as produced, kpd's own included
-    timestamp_ms: int
-
-    @classmethod
-    def of(cls, message: Message) -> SourceRecord:
-        headers = message.headers()
-        return cls(
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            message.key(),
-            message.value(),
-            tuple(headers) if headers else (),
-            message.timestamp()[1],
-        )
+__all__ = ["Header", "SourceRecord"]

@@ -1,13 +1,20 @@
 //! kpd's compiled core: per-record work done once per batch, bytes in and bytes out, no I/O.
-//! The Python packages are its face (`revive.receipt`, `revive.lease`, `revive.ledger`); nothing
-//! here knows Kafka or HTTP.
+//! The Python packages are its face (`revive.receipt`, `revive.lease`, `revive.ledger`,
+//! `revive.source_record`, `revive.copies`); nothing here knows Kafka or HTTP.
 
 mod ledger;
 mod msgpack;
+mod provenance;
+mod py_lanes;
 mod py_ledger;
+mod py_provenance;
 mod py_render;
+mod py_source_record;
+mod py_state_records;
+mod py_value;
 mod receipt;
 mod render;
+mod state_records;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -292,6 +299,17 @@ fn kpd_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ReceiptCodec>()?;
     m.add_class::<py_render::DeliveryRenderer>()?;
     m.add_class::<py_ledger::PartitionLedger>()?;
+    m.add_class::<py_source_record::SourceRecord>()?;
+    m.add_class::<py_provenance::Origin>()?;
+    m.add_class::<py_provenance::Provenance>()?;
+    m.add_function(wrap_pyfunction!(py_provenance::provenance, m)?)?;
+    m.add_function(wrap_pyfunction!(py_lanes::lane_name, m)?)?;
+    m.add_function(wrap_pyfunction!(py_lanes::lane_runs, m)?)?;
+    m.add_function(wrap_pyfunction!(py_state_records::ack_records, m)?)?;
+    m.add(
+        "HEADER_FRAMING_BYTES",
+        py_source_record::HEADER_FRAMING_BYTES,
+    )?;
     m.add("MAX_DELIVERY_COUNT", ledger::MAX_DELIVERY_COUNT)?;
     m.add("MAX_RECEIPT_CHARS", receipt::MAX_RECEIPT_CHARS)?;
     m.add("MIN_SECRET_BYTES", receipt::MIN_SECRET_BYTES)?;

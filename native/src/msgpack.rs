@@ -21,6 +21,27 @@ pub fn put_uint(out: &mut Vec<u8>, n: u64) {
     }
 }
 
+/// A signed int, as the smallest form `packb` picks (a non-negative one as a uint).
+pub fn put_int(out: &mut Vec<u8>, n: i64) {
+    match n {
+        0.. => put_uint(out, n as u64),
+        -32..=-1 => out.push(n as u8),
+        -0x80..=-33 => out.extend_from_slice(&[0xd0, n as u8]),
+        -0x8000..=-0x81 => {
+            out.push(0xd1);
+            out.extend_from_slice(&(n as i16).to_be_bytes());
+        }
+        -0x8000_0000..=-0x8001 => {
+            out.push(0xd2);
+            out.extend_from_slice(&(n as i32).to_be_bytes());
+        }
+        _ => {
+            out.push(0xd3);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+}
+
 fn put_len(out: &mut Vec<u8>, len: usize, codes: [u8; 3]) {
     if len <= 0xff && codes[0] != 0 {
         out.extend_from_slice(&[codes[0], len as u8]);
@@ -195,6 +216,14 @@ mod tests {
             let mut out = Vec::new();
             put_uint(&mut out, n);
             prop_assert_eq!(read(&out).ok(), Some(Value::Uint(n)));
+        }
+
+        #[test]
+        fn ints_round_trip(n: i64) {
+            let mut out = Vec::new();
+            put_int(&mut out, n);
+            let expected = if n >= 0 { Value::Uint(n as u64) } else { Value::Int(n) };
+            prop_assert_eq!(read(&out).ok(), Some(expected));
         }
 
         #[test]

@@ -2,18 +2,13 @@
 
 use std::collections::HashSet;
 
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
+use crate::py_provenance::Provenance;
+use crate::py_source_record::SourceRecord;
+use crate::py_value::bytes_or_none;
 use crate::render::{self, Delivery};
-
-fn bytes_or_none<'a>(value: &'a Bound<'_, PyAny>) -> PyResult<Option<&'a [u8]>> {
-    if value.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(value.downcast::<PyBytes>()?.as_bytes()))
-}
 
 /// Renders what a pop hands out; kpd's own headers (`hidden`) are not shown to workers.
 #[pyclass(frozen, module = "kpd_core")]
@@ -54,16 +49,10 @@ impl DeliveryRenderer {
         let mut events = Vec::with_capacity(batch.len());
         for ((pair, count), receipt) in batch.iter().zip(counts).zip(receipts.iter()) {
             let pair = pair.downcast_into::<PyTuple>()?;
-            let (source, found) = (pair.get_item(0)?, pair.get_item(1)?);
-            let origin = found.getattr(intern!(py, "origin"))?;
-            let topic = origin.getattr(intern!(py, "topic"))?;
-            let (key, value) = (
-                source.getattr(intern!(py, "key"))?,
-                source.getattr(intern!(py, "value"))?,
-            );
-            let headers = source
-                .getattr(intern!(py, "headers"))?
-                .downcast_into::<PyTuple>()?;
+            let source = pair.get_item(0)?.downcast_into::<SourceRecord>()?;
+            let found = pair.get_item(1)?.downcast_into::<Provenance>()?;
+            let (source, origin) = (source.get(), found.get().origin.get());
+            let headers = source.headers.bind(py);
             let mut names = Vec::with_capacity(headers.len());
             let mut values = Vec::with_capacity(headers.len());
             for header in headers.iter() {
@@ -80,13 +69,13 @@ impl DeliveryRenderer {
             }
             let receipt = receipt.downcast_into::<PyString>()?;
             let delivery = Delivery {
-                topic: topic.downcast::<PyString>()?.to_str()?,
-                partition: origin.getattr(intern!(py, "partition"))?.extract()?,
-                offset: origin.getattr(intern!(py, "offset"))?.extract()?,
-                key: bytes_or_none(&key)?,
-                value: bytes_or_none(&value)?,
+                topic: origin.topic.bind(py).to_str()?,
+                partition: origin.partition,
+                offset: origin.offset,
+                key: source.key.as_ref().map(|k| k.bind(py).as_bytes()),
+                value: source.value.as_ref().map(|v| v.bind(py).as_bytes()),
                 headers: shown,
-                timestamp_ms: source.getattr(intern!(py, "timestamp_ms"))?.extract()?,
+                timestamp_ms: source.timestamp_ms,
                 delivery_count: count,
                 receipt: receipt.to_str()?,
             };

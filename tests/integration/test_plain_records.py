@@ -37,14 +37,21 @@ def test_plain_records_land_where_produce_puts_them_in_the_order_added(
     kafka_bootstrap: str, new_topic
 ) -> None:
     """More than one batch's worth, keyed (the partitioner's choice, as `produce` makes it) and
-    placed: each partition holds its records in the order they were added."""
+    placed: each partition holds its records in the order they were added, whether one at a
+    time or several in one call (`add_many`)."""
     keyed, placed = new_topic("plain", partitions=4), new_topic("plain", partitions=4)
     count = SEND_EVERY * 2 + 17
     producer = _producer(kafka_bootstrap)
     txn = Transaction(ProducersInTurn.of(producer), 30)
-    for n in range(count):
-        txn.add(keyed, f"k{n}", b"v")
-        txn.add(placed, f"p{n}", b"v", partition=n % 3)
+    for start in range(0, count, 10):
+        chunk = [(f"k{n}", b"v") for n in range(start, min(start + 10, count))]
+        if start % 20:
+            txn.add_many(keyed, chunk)
+        else:
+            for key, value in chunk:
+                txn.add(keyed, key, value)
+        for n in range(start, start + len(chunk)):
+            txn.add(placed, f"p{n}", b"v", partition=n % 3)
     txn.commit()
     reference = new_topic("plain", partitions=4)
     by_produce = Transaction(ProducersInTurn.of(producer), 30)

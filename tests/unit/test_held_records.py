@@ -48,11 +48,11 @@ def test_kept_until_dropped_and_a_message_without_headers():
     assert held.get(KEY, 1) is first  # the fetched record itself: nothing copied
     assert held.get(KEY, 2).headers == () and held.get(KEY, 2).value is None
     assert held.get(("other", "orders", 0), 1) is None  # another group's lease of the record
-    held.drop(KEY, 1)
-    held.drop(KEY, 1)  # twice changes nothing
-    held.drop(("never", "held", 0), 1)
+    held.drop([(KEY, 1)])
+    held.drop([(KEY, 1)])  # twice changes nothing
+    held.drop([(("never", "held", 0), 1)])
     assert held.get(KEY, 1) is None and len(held) == 1
-    held.drop(KEY, 2)
+    held.drop([(KEY, 2)])
     assert held.bytes == 0 and len(held) == 0
 
 
@@ -74,8 +74,8 @@ def test_the_ledger_held_longest_gives_up_its_records_first():
     held.keep(KEY, [message(2)])  # KEY was held first: its oldest goes, not OTHER's
     assert [held.get(KEY, o) is not None for o in range(3)] == [False, True, True]
     assert [held.get(OTHER, o) is not None for o in range(2)] == [True, True]
-    held.drop(KEY, 1)
-    held.drop(KEY, 2)  # KEY is empty: held again, it comes after OTHER
+    held.drop([(KEY, 1)])
+    held.drop([(KEY, 2)])  # KEY is empty: held again, it comes after OTHER
     held.keep(KEY, [message(5), message(6)])
     held.keep(KEY, [message(7)])
     assert [held.get(OTHER, o) is not None for o in range(2)] == [False, True]
@@ -98,7 +98,7 @@ def test_bytes_are_exact_and_within_budget(operations, budget):
             if held_bytes(message(offset, value)) <= budget:
                 model[offset] = value
         else:
-            held.drop(KEY, offset)
+            held.drop([(KEY, offset)])
             model.pop(offset, None)
         present = [o for o in model if held.get(KEY, o) is not None]
         assert all(held.get(KEY, o).value == model[o] for o in present)

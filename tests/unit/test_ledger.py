@@ -14,6 +14,7 @@ from revive.records import (
     CheckpointRecord,
     DeadlineRecord,
     InvalidStateRecord,
+    ack_records,
     apply,
     decode_record,
     replay,
@@ -332,6 +333,30 @@ def test_record_round_trips():
         data = record.to_bytes()
         assert type(record).from_bytes(data) == record
         assert decode_record(data) == record
+
+
+@given(
+    st.text(max_size=300),
+    st.text(max_size=70_000) | st.sampled_from(["orders", "t" * 31, "t" * 32, "t" * 256]),
+    st.integers(0, 2**31 - 1),
+    st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)), max_size=5),
+    st.sampled_from(list(Outcome)),
+    st.integers(-(2**63), 2**63 - 1),
+)
+@settings(max_examples=300)
+def test_ack_records_are_the_format_the_reader_reads(group, topic, partition, leases, outcome, at):
+    """The compiled encoder writes each ack record as `msgpack.packb` writes its fields, in
+    the smallest form of each value (`decode_record` reads them)."""
+    encoded = ack_records((group, topic, partition), leases, int(outcome), at)
+    assert encoded == [
+        msgpack.packb([1, 2, group, topic, partition, cp, offset, int(outcome), at])
+        for cp, offset in leases
+    ]
+
+
+def test_ack_records_refuse_an_unknown_outcome():
+    with pytest.raises(ValueError, match="unknown outcome 4"):
+        ack_records(KEY, [(1, 2)], 4, 0)
 
 
 def test_contiguous_checkpoint_record_is_compact():
