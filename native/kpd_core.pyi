@@ -131,3 +131,38 @@ def ack_records(
     outcome: int,
     at_ms: int,
 ) -> list[bytes]: ...
+
+class InvalidRecord(ValueError): ...
+
+class Limits:
+    max_delay_ms: int
+    max_record_bytes: int
+    def __init__(
+        self, *, max_delay_ms: int, max_record_bytes: int, forbidden_targets: Iterable[str]
+    ) -> None: ...
+
+class ScheduleRequest:
+    schedule_id: str
+    target: str
+    due_ms: int
+    headers: tuple[tuple[str, bytes | None], ...]
+    def __init__(
+        self,
+        schedule_id: str,
+        target: str,
+        due_ms: int,
+        headers: tuple[tuple[str, bytes | None], ...],
+    ) -> None: ...
+
+class CancelRequest:
+    schedule_id: str
+    def __init__(self, schedule_id: str) -> None: ...
+
+def parse(
+    headers: Iterable[tuple[str, bytes | None]] | None,
+    key: bytes | None,
+    value: bytes | None,
+    timestamp_ms: int,
+    default_id: str,
+    limits: Limits,
+) -> ScheduleRequest | CancelRequest: ...

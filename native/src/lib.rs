@@ -1,10 +1,13 @@
 //! kpd's compiled core: per-record work done once per batch, bytes in and bytes out, no I/O.
 //! The Python packages are its face (`revive.receipt`, `revive.lease`, `revive.ledger`,
-//! `revive.source_record`, `revive.copies`); nothing here knows Kafka or HTTP.
+//! `revive.source_record`, `revive.copies`, `revive.records`, `delay_service.headers`); nothing
+//! here knows Kafka or HTTP.
 
+mod buffer_headers;
 mod ledger;
 mod msgpack;
 mod provenance;
+mod py_buffer_headers;
 mod py_lanes;
 mod py_ledger;
 mod py_provenance;
@@ -12,6 +15,7 @@ mod py_render;
 mod py_source_record;
 mod py_state_records;
 mod py_value;
+mod python_repr;
 mod receipt;
 mod render;
 mod state_records;
@@ -306,6 +310,14 @@ fn kpd_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_lanes::lane_name, m)?)?;
     m.add_function(wrap_pyfunction!(py_lanes::lane_runs, m)?)?;
     m.add_function(wrap_pyfunction!(py_state_records::ack_records, m)?)?;
+    m.add(
+        "InvalidRecord",
+        m.py().get_type::<py_buffer_headers::InvalidRecord>(),
+    )?;
+    m.add_class::<py_buffer_headers::Limits>()?;
+    m.add_class::<py_buffer_headers::ScheduleRequest>()?;
+    m.add_class::<py_buffer_headers::CancelRequest>()?;
+    m.add_function(wrap_pyfunction!(py_buffer_headers::parse, m)?)?;
     m.add(
         "HEADER_FRAMING_BYTES",
         py_source_record::HEADER_FRAMING_BYTES,

@@ -11,6 +11,8 @@ pub const MAX_OFFSET: u64 = (1 << 63) - 1;
 pub const MAX_DELIVERIES: u64 = 0xFFFE; // a copy's count + 1 must fit the ledger's 16-bit counts
 const MAX_TOPIC_CHARS: usize = 249;
 
+use crate::python_repr::{repr_bytes, repr_str};
+
 pub type Header<'a> = (&'a str, Option<&'a [u8]>);
 
 /// A trusted retry copy's origin and the deliveries it already had.
@@ -95,64 +97,6 @@ pub fn lane_name(source_topic: &str, origin_topic: &str) -> String {
     } else {
         format!("{source_topic}/{origin_topic}")
     }
-}
-
-/// Python's quote choice: single quotes unless the text has one and no double quote.
-fn quote(has_single: bool, has_double: bool) -> char {
-    if has_single && !has_double {
-        '"'
-    } else {
-        '\''
-    }
-}
-
-fn escape(out: &mut String, c: char, quote: char) -> bool {
-    match c {
-        '\\' => out.push_str("\\\\"),
-        '\t' => out.push_str("\\t"),
-        '\n' => out.push_str("\\n"),
-        '\r' => out.push_str("\\r"),
-        c if c == quote => {
-            out.push('\\');
-            out.push(c);
-        }
-        _ => return false,
-    }
-    true
-}
-
-/// Python's `repr` of bytes.
-pub fn repr_bytes(data: &[u8]) -> String {
-    let q = quote(data.contains(&b'\''), data.contains(&b'"'));
-    let mut out = format!("b{q}");
-    for &b in data {
-        if !escape(&mut out, b as char, q) {
-            if (0x20..0x7f).contains(&b) {
-                out.push(b as char);
-            } else {
-                out.push_str(&format!("\\x{b:02x}"));
-            }
-        }
-    }
-    out.push(q);
-    out
-}
-
-/// Python's `repr` of a str of ASCII and U+FFFD (all a decoded origin topic can hold).
-fn repr_str(text: &str) -> String {
-    let q = quote(text.contains('\''), text.contains('"'));
-    let mut out = q.to_string();
-    for c in text.chars() {
-        if !escape(&mut out, c, q) {
-            if (c as u32) < 0x20 || c == '\x7f' {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            } else {
-                out.push(c);
-            }
-        }
-    }
-    out.push(q);
-    out
 }
 
 #[cfg(test)]

@@ -35,10 +35,16 @@ pub fn compare<T: Fields>(this: &T, other: &Bound<'_, PyAny>, op: CompareOp) -> 
     }
 }
 
+/// `Name(field, ...)`, each field as Python shows it.
 pub fn repr<T: Fields>(this: &T, py: Python<'_>) -> PyResult<String> {
+    let fields = this
+        .fields(py)?
+        .iter()
+        .map(|field| Ok(field.repr()?.to_string()))
+        .collect::<PyResult<Vec<_>>>()?;
     Ok(format!(
-        "{}{}",
+        "{}({})",
         <T as PyTypeInfo>::NAME,
-        this.fields(py)?.repr()?
+        fields.join(", ")
     ))
 }
