@@ -1,15 +1,17 @@
 //! kpd's compiled core: per-record work done once per batch, bytes in and bytes out, no I/O.
 //! The Python packages are its face (`revive.receipt`, `revive.lease`, `revive.ledger`,
-//! `revive.source_record`, `revive.copies`, `revive.records`, `delay_service.headers`); nothing
-//! here knows Kafka or HTTP.
+//! `revive.source_record`, `revive.copies`, `revive.records`, `delay_service.headers`,
+//! `foundation.shards`); nothing here talks to Kafka or HTTP.
 
 mod buffer_headers;
 mod ledger;
 mod msgpack;
+mod murmur2;
 mod provenance;
 mod py_buffer_headers;
 mod py_lanes;
 mod py_ledger;
+mod py_murmur2;
 mod py_provenance;
 mod py_render;
 mod py_source_record;
@@ -318,6 +320,8 @@ fn kpd_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_buffer_headers::ScheduleRequest>()?;
     m.add_class::<py_buffer_headers::CancelRequest>()?;
     m.add_function(wrap_pyfunction!(py_buffer_headers::parse, m)?)?;
+    m.add_function(wrap_pyfunction!(py_murmur2::murmur2, m)?)?;
+    m.add_function(wrap_pyfunction!(py_murmur2::partition_of, m)?)?;
     m.add(
         "HEADER_FRAMING_BYTES",
         py_source_record::HEADER_FRAMING_BYTES,

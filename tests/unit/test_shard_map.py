@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from foundation.shards import ShardMap, default_schedule_id, lane_key, murmur2, partition_of
 
@@ -32,6 +34,16 @@ def test_murmur2_is_kafkas(data: bytes, signed: int) -> None:
 
 def test_a_keyed_record_lands_where_kafkas_partitioner_puts_it() -> None:
     assert partition_of(b"foobar", 50) == 16
+    assert partition_of("foobar", 50) == 16  # a str key: its UTF-8 bytes
+    with pytest.raises(ValueError, match="at least one partition"):
+        partition_of(b"foobar", 0)
+
+
+@given(st.text(max_size=40), st.integers(1, 10_000))
+def test_a_str_key_is_hashed_as_its_utf8_bytes(key: str, partitions: int) -> None:
+    placed = partition_of(key, partitions)
+    assert placed == partition_of(key.encode(), partitions)
+    assert placed == (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
 @pytest.mark.parametrize(("shards", "topic_partitions"), [(2, 2), (4, 4), (8, 8), (4, 12)])
