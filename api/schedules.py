@@ -1,13 +1,14 @@
 """`GET` and `DELETE /v1/schedules/{id}`: read a schedule, cancel it.
 
-Reads come from a RocksDB index that follows the schedule's shard (a follower's lags the leader by
-milliseconds). A worker's index follows the shards it leads and those its standby keeps (every
-other shard by default, or those it would take over next), so a call for a shard not kept here
-is forwarded to that shard's owner (`owner_of`); one whose role or standby here is starting waits
-for it to catch up. A
-cancel is a `kpd-cancel` record on the buffer topic, like a Kafka-native cancel; the call then
-waits until the index shows the outcome, because only the leader can tell whether the cancel beat
-the delivery.
+Reads come from a RocksDB index that follows the schedule's shard (a follower's lags the leader
+by milliseconds). A worker's index follows the shards it leads and those its standby keeps
+(every other shard by default, or those it would take over next), so a call for a shard not
+kept here is forwarded to that shard's owner (`owner_of`); one whose role or standby here is
+starting waits for it to catch up. An id a follower's index does not have is asked of the
+shard's owner before the answer is 404: a schedule written a moment ago may not have reached the
+follower yet. A cancel is a `kpd-cancel` record on the buffer topic, like a Kafka-native cancel;
+the call then waits until the index shows the outcome, because only the leader can tell whether
+the cancel beat the delivery.
 """
 
 from __future__ import annotations
@@ -93,14 +94,21 @@ def schedule_here(node: Node, schedule_id: str) -> Schedule | None:
         return None
 
 
-def _found(node: Node, schedule_id: str) -> Schedule:
+def _found(node: Node, schedule_id: str) -> Schedule | None:
     try:
-        schedule = node.schedules.find(schedule_id)
+        return node.schedules.find(schedule_id)
     except NotHeld:  # the shard moved between the look at its freshness and this read
         raise leadership_moving("no_leader", f"the shard of {schedule_id!r} is moving") from None
-    if schedule is None:
+
+
+def _owner_to_ask(node: Node, schedule_id: str, forwarded: bool) -> str:
+    """Where to ask about an id this worker's index does not have: a follower's index lags the
+    leader's by milliseconds, so a schedule just written may not be here yet, and only its
+    shard's owner can say there is none. Raises 404 where this answer stands."""
+    owner = None if forwarded else node.routes().get(node.shard_map.of_key(schedule_id))
+    if owner is None or owner == node.url:
         raise Problem(404, "schedule_not_found", f"no schedule with id {schedule_id!r}")
-    return schedule
+    return owner
 
 
 async def _relay(
@@ -116,10 +124,12 @@ async def _relay(
 async def get_schedule(
     schedule_id: ScheduleId, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> ScheduleOut | Response:
-    owner = await owner_of(node, schedule_id, is_forwarded(request))
-    if owner is not None:
+    forwarded = is_forwarded(request)
+    owner = await owner_of(node, schedule_id, forwarded)
+    s = None if owner is not None else _found(node, schedule_id)
+    if s is None:
+        owner = owner or _owner_to_ask(node, schedule_id, forwarded)
         return await _relay(node, "get", "GET", owner, schedule_id, INDEX_WAIT_S)
-    s = _found(node, schedule_id)
     return ScheduleOut(id=schedule_id, state=s.state.value, target=s.target, deliver_at_ms=s.due_ms)
 
 
@@ -129,11 +139,13 @@ async def get_schedule(
 async def cancel_schedule(
     schedule_id: ScheduleId, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> Response:
-    owner = await owner_of(node, schedule_id, is_forwarded(request))
-    if owner is not None:
+    forwarded = is_forwarded(request)
+    owner = await owner_of(node, schedule_id, forwarded)
+    schedule = None if owner is not None else _found(node, schedule_id)
+    if schedule is None:
+        owner = owner or _owner_to_ask(node, schedule_id, forwarded)
         wait_s = INDEX_WAIT_S + CANCEL_WAIT_S
         return await _relay(node, "cancel", "DELETE", owner, schedule_id, wait_s)
-    schedule = _found(node, schedule_id)
     if schedule.state is State.SCHEDULED:
         await node.api_producer.produce(
             node.settings.buffer_topic,
