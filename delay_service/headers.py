@@ -20,15 +20,13 @@ bytes. The rules:
 
 from __future__ import annotations
 
+import kpd_core
 from kpd_core import CancelRequest as CancelRequest
 from kpd_core import InvalidRecord as InvalidRecord
 from kpd_core import Limits as Limits
 from kpd_core import ScheduleRequest as ScheduleRequest
 from kpd_core import parse as parse
 
-TARGET = "kpd-target"
-DELIVER_AT = "kpd-deliver-at"
-DELAY_MS = "kpd-delay-ms"
-ID = "kpd-id"
-CANCEL = "kpd-cancel"
-CONTROL_HEADERS = frozenset({TARGET, DELIVER_AT, DELAY_MS, ID, CANCEL})
+# The names are the core's, so what it parses and what the rest of kpd writes cannot drift.
+TARGET, DELIVER_AT, DELAY_MS, ID, CANCEL = kpd_core.CONTROL_HEADERS
+CONTROL_HEADERS = frozenset(kpd_core.CONTROL_HEADERS)

@@ -31,11 +31,6 @@ class TopicSpec:
 
 COMPACTED = {"cleanup.policy": "compact"}
 MESSAGE_LIMIT = "max.message.bytes"
-INTERNAL_PREFIX = "__"  # Kafka's own topics (__consumer_offsets, __transaction_state, ...)
-
-
-def is_kafka_internal(topic: str) -> bool:
-    return topic.startswith(INTERNAL_PREFIX)
 
 
 def with_message_limit(spec: TopicSpec, max_record_bytes: int) -> TopicSpec:

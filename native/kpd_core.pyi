@@ -135,8 +135,6 @@ def ack_records(
 class InvalidRecord(ValueError): ...
 
 class Limits:
-    max_delay_ms: int
-    max_record_bytes: int
     def __init__(
         self, *, max_delay_ms: int, max_record_bytes: int, forbidden_targets: Iterable[str]
     ) -> None: ...
@@ -157,6 +155,8 @@ class ScheduleRequest:
 class CancelRequest:
     schedule_id: str
     def __init__(self, schedule_id: str) -> None: ...
+
+CONTROL_HEADERS: tuple[str, str, str, str, str]  # target, deliver-at, delay-ms, id, cancel
 
 def parse(
     headers: Iterable[tuple[str, bytes | None]] | None,

@@ -38,16 +38,6 @@ impl Limits {
             },
         }
     }
-
-    #[getter]
-    fn max_delay_ms(&self) -> i64 {
-        self.limits.max_delay_ms
-    }
-
-    #[getter]
-    fn max_record_bytes(&self) -> usize {
-        self.limits.max_record_bytes
-    }
 }
 
 /// A valid schedule: its id (the default id given, the same object, when it names none), the

@@ -38,6 +38,12 @@ def refused(headers: Headers | None, key: bytes | None = None, value: bytes | No
     return str(error.value)
 
 
+def test_the_header_names_are_the_contracts() -> None:
+    names = ("kpd-target", "kpd-deliver-at", "kpd-delay-ms", "kpd-id", "kpd-cancel")
+    assert names == (TARGET, DELIVER_AT, DELAY_MS, ID, CANCEL)
+    assert frozenset(names) == CONTROL_HEADERS
+
+
 def test_a_delay_counts_from_the_record_timestamp_and_keeps_the_user_headers_in_order() -> None:
     user: Headers = [("b", None), ("a", b"1")]
     request = parsed([user[0], (TARGET, b"orders"), (DELAY_MS, b"007"), user[1]])
@@ -121,10 +127,10 @@ def test_whatever_the_bytes_a_record_is_a_request_or_invalid(
     except InvalidRecord:
         return
     user = tuple(h for h in headers if h[0] not in CONTROL_HEADERS)
-    if isinstance(request, CancelRequest):
-        assert request.schedule_id == dict(headers)[CANCEL].decode()
-        return
     control = dict(headers)
+    if isinstance(request, CancelRequest):
+        assert request.schedule_id == control[CANCEL].decode()
+        return
     assert request.headers == user
     assert record_bytes(None, value, user) <= 60
     assert request.target == control[TARGET].decode()
