@@ -101,10 +101,18 @@ def _found(node: Node, schedule_id: str) -> Schedule | None:
         raise leadership_moving("no_leader", f"the shard of {schedule_id!r} is moving") from None
 
 
-def _owner_to_ask(node: Node, schedule_id: str, forwarded: bool) -> str:
-    """Where to ask about an id this worker's index does not have: a follower's index lags the
-    leader's by milliseconds, so a schedule just written may not be here yet, and only its
-    shard's owner can say there is none. Raises 404 where this answer stands."""
+async def _here_or_owner(node: Node, schedule_id: str, request: Request) -> Schedule | str:
+    """The id's schedule from this worker's index, or the address of the sidecar to ask: the
+    shard's owner where this index does not follow the shard, or where it misses the id (a
+    follower's index lags the leader's by milliseconds, so a schedule just written may not be
+    here yet, and only the owner can say there is none). Raises 404 where this answer stands."""
+    forwarded = is_forwarded(request)
+    owner = await owner_of(node, schedule_id, forwarded)
+    if owner is not None:
+        return owner
+    schedule = _found(node, schedule_id)
+    if schedule is not None:
+        return schedule
     owner = None if forwarded else node.routes().get(node.shard_map.of_key(schedule_id))
     if owner is None or owner == node.url:
         raise Problem(404, "schedule_not_found", f"no schedule with id {schedule_id!r}")
@@ -124,12 +132,9 @@ async def _relay(
 async def get_schedule(
     schedule_id: ScheduleId, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> ScheduleOut | Response:
-    forwarded = is_forwarded(request)
-    owner = await owner_of(node, schedule_id, forwarded)
-    s = None if owner is not None else _found(node, schedule_id)
-    if s is None:
-        owner = owner or _owner_to_ask(node, schedule_id, forwarded)
-        return await _relay(node, "get", "GET", owner, schedule_id, INDEX_WAIT_S)
+    s = await _here_or_owner(node, schedule_id, request)
+    if isinstance(s, str):
+        return await _relay(node, "get", "GET", s, schedule_id, INDEX_WAIT_S)
     return ScheduleOut(id=schedule_id, state=s.state.value, target=s.target, deliver_at_ms=s.due_ms)
 
 
@@ -139,13 +144,10 @@ async def get_schedule(
 async def cancel_schedule(
     schedule_id: ScheduleId, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> Response:
-    forwarded = is_forwarded(request)
-    owner = await owner_of(node, schedule_id, forwarded)
-    schedule = None if owner is not None else _found(node, schedule_id)
-    if schedule is None:
-        owner = owner or _owner_to_ask(node, schedule_id, forwarded)
+    schedule = await _here_or_owner(node, schedule_id, request)
+    if isinstance(schedule, str):
         wait_s = INDEX_WAIT_S + CANCEL_WAIT_S
-        return await _relay(node, "cancel", "DELETE", owner, schedule_id, wait_s)
+        return await _relay(node, "cancel", "DELETE", schedule, schedule_id, wait_s)
     if schedule.state is State.SCHEDULED:
         await node.api_producer.produce(
             node.settings.buffer_topic,
