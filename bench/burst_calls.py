@@ -150,7 +150,7 @@ def one_run(
         group = f"g-{uuid.uuid4().hex[:6]}"
         n_pop = n - parts.warm_up(sidecar.url, group, topic)
         pop = Phase(sidecar, folder)
-        acked, _ = parts.pop_and_ack(sidecar.url, group, topic, n_pop)
+        acked, _ = parts.pop_and_ack([sidecar.url], group, topic, n_pop)
         if acked != n_pop:
             raise RuntimeError(f"{acked} of {n_pop} acked")
         result["pop"] = pop.end(acked, idle_per_s)

@@ -38,29 +38,17 @@ sys.path.insert(0, str(ROOT))  # before bench/: `revive` is kpd's package, not b
 
 from bench import broker_jit  # noqa: E402
 from bench.cpu_cap import CpuCaps  # noqa: E402
-from bench.delay_load import (  # noqa: E402
-    create_target,
-    create_topic,
-    now_ms,
-    produce_fast,
-    read_deliveries,
-)
 from bench.delay_phases import warm_up_broker  # noqa: E402
 from bench.scale_failover import failover, takeover  # noqa: E402
 from bench.scale_parts import (  # noqa: E402
-    ANSWERED,
-    FORWARDED,
     SETTLE_S,
     SHARDS,
-    CpuSnapshot,
-    LogCount,
+    Fleet,
     Sidecar,
     kpd_setting,
     number_list,
-    pop_and_ack,
-    schedules,
-    warm_up,
 )
+from bench.scale_phases import delay_and_pop  # noqa: E402
 from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import broker_pid, process_cpu_s  # noqa: E402
 
@@ -91,7 +79,6 @@ def one_run(
     sidecar = Sidecar(bootstrap, folder, namespace, "s", workers=str(workers), **settings)
     sidecar.launch(timeout_s=300)
     broker = broker_pid()
-    log = sidecar.env["KPD_DELIVERY_LOG_TOPIC"]
     result: dict = {"workers": workers}
     try:
         if caps.cores:
@@ -100,53 +87,7 @@ def one_run(
         # The fixed cost of a fresh sidecar: every shard led and followed, nothing to do.
         time.sleep(SETTLE_S)
         result["idle_fresh"], result["idle_fresh_broker"] = _idle(sidecar, broker)
-        # Ingest: n far-future schedules keyed by id, on the buffer partition of their shard.
-        target = create_topic(admin, f"bench-scale-t-{uuid.uuid4().hex[:6]}")
-        buffer = sidecar.env["KPD_BUFFER_TOPIC"]
-        due = now_ms() + 3_600_000
-        cpu0 = CpuSnapshot.take(sidecar, broker)
-        produce_fast(bootstrap, buffer, schedules(target, "i", n, due))
-        ingested = LogCount(bootstrap, log, "scheduled", target, n, 600)
-        result["ingest"] = ingested.rate()
-        result["ingest_cpu"] = cpu0.split(CpuSnapshot.take(sidecar, broker), n)
-        result["ingest_share"] = ingested.nodes
-        # Burst: n due at one instant, on a target of its own with the broker's clock.
-        # Due once all of it is scheduled: at the ingest rate just measured, with room to spare.
-        # Whether it was is read from the delivery log (kpd's counters may miss a step whose
-        # commit answered late), and so is who delivered it.
-        burst_target = create_target(admin, f"bench-scale-b-{uuid.uuid4().hex[:6]}")
-        burst_due = now_ms() + int(n / result["ingest"] * 1500) + 8_000
-        produce_fast(bootstrap, buffer, schedules(burst_target, "b", n, burst_due))
-        scheduled = LogCount(bootstrap, log, "scheduled", burst_target, n, 600)
-        result["burst_valid"] = scheduled.count == n and scheduled.last_ms < burst_due
-        # The CPU of the wait (the idle rate, and the wheel loading the burst WINDOW_MS ahead),
-        # then of the drain from the due instant on, apart.
-        cpu0 = CpuSnapshot.take(sidecar, broker)
-        time.sleep(max(burst_due - now_ms(), 0) / 1000)
-        cpu1, commits0 = CpuSnapshot.take(sidecar, broker), sidecar.delay_commits()
-        result["burst_wait_cpu"] = cpu0.split(cpu1, n)
-        rows = read_deliveries(bootstrap, burst_target, n, 600)
-        result["burst"] = len(rows) / max((rows[:, 1].max() - burst_due) / 1000, 1e-3)
-        result["burst_cpu"] = cpu1.split(CpuSnapshot.take(sidecar, broker), n)
-        count, waited = (b - a for a, b in zip(commits0, sidecar.delay_commits(), strict=True))
-        result["burst_commits"] = (
-            f"{count * 1000 / n:.1f} per 1,000, {waited / max(count, 1) * 1000:.1f} ms"
-        )
-        result["burst_share"] = LogCount(bootstrap, log, "delivered", burst_target, n, 120).nodes
-        # Pop + ack at batch 100 from 4 client processes, over the shared port.
-        topic = create_topic(admin, f"bench-scale-p-{uuid.uuid4().hex[:6]}", SHARDS)
-        produce_fast(bootstrap, topic, ((f"p-{i}".encode(), []) for i in range(n)))
-        group = f"g-{uuid.uuid4().hex[:6]}"
-        n_pop = n - warm_up(sidecar.url, group, topic)
-        cpu0 = CpuSnapshot.take(sidecar, broker)
-        forwarded0, answered0 = sidecar.calls(FORWARDED), sidecar.calls(ANSWERED)
-        acked, seconds = pop_and_ack(sidecar.url, group, topic, n_pop)
-        result["pop"] = acked / seconds
-        result["pop_cpu"] = cpu0.split(CpuSnapshot.take(sidecar, broker), acked)
-        result["pop_share"] = LogCount(bootstrap, log, "delivered", topic, acked, 120).nodes
-        result["pop_forwarded"] = dict(sidecar.calls(FORWARDED) - forwarded0)
-        answered = sidecar.calls(ANSWERED) - answered0
-        result["pop_calls"] = {call: answered[call] * 1000 / acked for call in ("pop", "ack")}
+        result |= delay_and_pop(Fleet([sidecar]), bootstrap, admin, n, broker)
         # The fixed cost again, once a group is read.
         result["idle"], result["idle_broker"] = _idle(sidecar, broker)
         result["throttled_s"] = caps.throttled_s()

@@ -33,6 +33,7 @@ from kpd_client.client import CONNECTION_LIMITS
 SHARDS = 8
 SETTLE_S = 10.0  # after a sidecar is ready: standbys catching up, groups settling
 FORWARDED, ANSWERED = "kpd_pop_forwarded_total", "kpd_pop_request_seconds_count"
+STANDBY_CPU = "kpd_standby_cpu_seconds_total"
 # Per worker process: its CPU seconds so far, and the part of it in librdkafka's threads.
 WorkerCpu = dict[int, tuple[float, float]]
 MULTIPROC = b"PROMETHEUS_MULTIPROC_DIR="  # the workers' shared metrics folder (`sidecar.workers`)
@@ -70,11 +71,11 @@ class Sidecar(SidecarProcess):
 
     def standby_cpu_s(self) -> float:
         """CPU seconds the workers' standbys spent so far (`kpd_standby_cpu_seconds_total`),
-        from the workers' shared metrics folder; one worker alone has none, nor a standby that
-        follows anything."""
+        from the workers' shared metrics folder (a sidecar of one worker has none: over HTTP,
+        and then 0 unless another sidecar's shards are followed here)."""
         pids = self.worker_pids()
         if len(pids) < 2:
-            return 0.0
+            return self.metrics().get(STANDBY_CPU, 0.0)
         environ = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
         folder = next(e.split(b"=", 1)[1] for e in environ if e.startswith(MULTIPROC))
         registry = CollectorRegistry()
@@ -83,7 +84,7 @@ class Sidecar(SidecarProcess):
             sample.value
             for family in registry.collect()
             for sample in family.samples
-            if sample.name == "kpd_standby_cpu_seconds_total"
+            if sample.name == STANDBY_CPU
         )
 
     def calls(self, metric: str) -> Counter[str]:
@@ -107,6 +108,28 @@ class Sidecar(SidecarProcess):
             for line in text.splitlines()
             if line.startswith(prefix) and line.endswith(" 1.0")
         }
+
+
+class Fleet:
+    """The sidecars of one deployment, measured as one: their workers' CPU and call counters."""
+
+    def __init__(self, sidecars: list[Sidecar]) -> None:
+        self.sidecars = sidecars
+        self.env = sidecars[0].env  # the topics: the same for every sidecar of a deployment
+        self.urls = [sidecar.url for sidecar in sidecars]
+
+    def cpu(self) -> WorkerCpu:
+        return {pid: cpu for sidecar in self.sidecars for pid, cpu in sidecar.cpu().items()}
+
+    def standby_cpu_s(self) -> float:
+        return sum(sidecar.standby_cpu_s() for sidecar in self.sidecars)
+
+    def delay_commits(self) -> tuple[float, float]:
+        counts = [sidecar.delay_commits() for sidecar in self.sidecars]
+        return sum(count for count, _ in counts), sum(waited for _, waited in counts)
+
+    def calls(self, metric: str) -> Counter[str]:
+        return sum((sidecar.calls(metric) for sidecar in self.sidecars), Counter())
 
 
 class LogCount:
@@ -155,17 +178,19 @@ def pop_ack_client(
     out.put(last)
 
 
-def pop_and_ack(url: str, group: str, topic: str, n: int) -> tuple[int, float]:
-    """4 client processes pop 100 at a time and ack, until n are acked (or 300 s passed): how
-    many were, in how many seconds until the last ack was answered."""
+def pop_and_ack(urls: list[str], group: str, topic: str, n: int) -> tuple[int, float]:
+    """4 client processes pop 100 at a time and ack, until n are acked (or 300 s passed), client
+    i through `urls[i % len(urls)]`: how many were, in how many seconds until the last ack was
+    answered."""
     started = time.monotonic()
     out: multiprocessing.Queue = multiprocessing.Queue()
     counter = multiprocessing.Value("q", 0)
     clients = [
         multiprocessing.Process(
-            target=pop_ack_client, args=(url, group, topic, n, counter, started + 300, out)
+            target=pop_ack_client,
+            args=(urls[i % len(urls)], group, topic, n, counter, started + 300, out),
         )
-        for _ in range(4)
+        for i in range(4)
     ]
     for client in clients:
         client.start()
@@ -214,7 +239,7 @@ class CpuSnapshot(NamedTuple):
     idle: tuple[float, float]  # the machine's idle core-seconds so far, and when
 
     @classmethod
-    def take(cls, sidecar: Sidecar, broker: int) -> CpuSnapshot:
+    def take(cls, sidecar: Sidecar | Fleet, broker: int) -> CpuSnapshot:
         with open("/proc/stat") as stat:
             ticks = [int(field) / os.sysconf("SC_CLK_TCK") for field in stat.readline().split()[1:]]
         workers, broker_s = sidecar.cpu(), process_cpu_s(broker)
@@ -224,11 +249,8 @@ class CpuSnapshot(NamedTuple):
     def split(self, later: CpuSnapshot, n: int) -> str:
         """Each worker's CPU per 1,000 records (in brackets, librdkafka's threads' part of it),
         the standbys' part of it, the broker's and steal, from this snapshot to `later`."""
-        per_k = [
-            [(b - a) * 1000 / n for a, b in zip(self.workers.get(p, (0.0, 0.0)), now, strict=True)]
-            for p, now in sorted(later.workers.items())
-        ]
-        # To 0.001: a hot standby's whole part is about 0.01 (BENCHMARKS.md, 2026-11-28 09:14).
+        per_k = self._per_k(later, n)
+        # To 0.001: a hot standby's whole part is about 0.01 of a core-second per 1,000.
         kpd = " + ".join(f"{c:.3f} ({rdk:.3f})" for c, rdk in per_k)
         total = sum(c for c, _ in per_k)
         standby, broker, steal = (later.others - self.others) * 1000 / n
@@ -237,6 +259,17 @@ class CpuSnapshot(NamedTuple):
             f"kpd {kpd} = {total:.3f} (standby {standby:.3f}), broker {broker:.3f}, "
             f"steal {steal:.3f} core-s/1k; machine idle {idle_s / wall_s:.2f} cores"
         )
+
+    def kpd_per_k(self, later: CpuSnapshot, n: int) -> float:
+        """All workers' CPU seconds per 1,000 records, from this snapshot to `later`."""
+        return sum(c for c, _ in self._per_k(later, n))
+
+    def _per_k(self, later: CpuSnapshot, n: int) -> list[list[float]]:
+        """Each worker's (CPU, librdkafka's part of it) seconds per 1,000 records."""
+        return [
+            [(b - a) * 1000 / n for a, b in zip(self.workers.get(p, (0.0, 0.0)), now, strict=True)]
+            for p, now in sorted(later.workers.items())
+        ]
 
 
 def number_list(text: str) -> list[int]:
