@@ -32,6 +32,11 @@ from foundation.shards import ShardMap, default_schedule_id
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache
 
+# A buffer record as read: (record, timestamp, its default id, its request or why it is invalid,
+# the schedules-topic partition of its id (None for an invalid one), the shard of its id).
+# A plain tuple: one is made for every buffer record.
+Parsed = tuple[Message, int, str, ScheduleRequest | CancelRequest | str, int | None, int]
+
 
 @dataclass(frozen=True)
 class Route:
@@ -56,8 +61,26 @@ class Ingest:
         self._add_timer, self._remove_timer = timers  # the wheel's add(id, due) and remove(id)
         self._route = route
 
-    def record(self, message: Message, step: Step) -> None:
-        self._health.handling(message.topic(), message.partition(), message.offset())
+    def records(self, chunk: list[Message], step: Step) -> None:
+        """Ingest buffer records in their order: each is parsed and routed first, the states
+        of the ids this shard owns are read in one multi-get, then each one is applied."""
+        parsed = [self._parse(message) for message in chunk if message.error() is None]
+        here = self._route.shard
+        ids = [r[3].schedule_id for r in parsed if r[5] == here and not isinstance(r[3], str)]
+        self._writes.prefetch(step, ids)
+        for message, timestamp_ms, default_id, request, placed, owner in parsed:
+            self._health.handling(message)
+            if isinstance(request, str):
+                self._reject(message, default_id, request, step)
+            elif owner != here:
+                self._forward(message, owner, step)
+            elif isinstance(request, CancelRequest):
+                self._cancel(request.schedule_id, placed, step)
+            else:
+                self._schedule(request, message, timestamp_ms, placed, step)
+
+    def _parse(self, message: Message) -> Parsed:
+        self._health.handling(message)
         _, timestamp_ms = message.timestamp()
         default_id = default_schedule_id(message.partition(), message.offset(), timestamp_ms)
         try:
@@ -72,20 +95,14 @@ class Ingest:
             if isinstance(request, ScheduleRequest) and not self._topics.exists(request.target):
                 raise InvalidRecord(f"{TARGET} {request.target!r} does not exist")
         except InvalidRecord as error:
-            self._reject(message, default_id, str(error), step)
-            return
-        placed = None  # the state record's partition, from the id (`ShardMap.produce_partition`)
+            return message, timestamp_ms, default_id, str(error), None, self._route.shard
         if request.schedule_id is default_id:  # its own: placed by the partition just read
             placed = self._route.shards.of_partition(message.partition())
-        else:  # a named id, which may even be written like a default id of another partition
-            owner = self._route.shards.of_key(request.schedule_id)
-            if owner != self._route.shard:
-                self._forward(message, owner, step)
-                return
-        if isinstance(request, CancelRequest):
-            self._cancel(request.schedule_id, step)
-        else:
-            self._schedule(request, message, timestamp_ms, placed, step)
+            return message, timestamp_ms, default_id, request, placed, self._route.shard
+        # A named id, which may even be written like a default id of another partition.
+        partition = self._route.shards.partition_of_key(request.schedule_id)
+        owner = self._route.shards.of_partition(partition)
+        return message, timestamp_ms, default_id, request, partition, owner
 
     def _forward(self, message: Message, owner: int, step: Step) -> None:
         # Key, value, headers and timestamp stay the producer's: they reach the target as sent,
@@ -102,7 +119,7 @@ class Ingest:
         request: ScheduleRequest,
         message: Message,
         enqueued_ms: int,
-        placed: int | None,
+        placed: int,
         step: Step,
     ) -> None:
         current = self._writes.lookup(step, request.schedule_id)
@@ -115,7 +132,7 @@ class Ingest:
                     target=request.target, due_ms=request.due_ms, enqueued_ms=enqueued_ms,
                     at_ms=current.at_ms, reason=current.reason,
                 )  # fmt: skip
-                self._writes.state(step, filled)
+                self._writes.state(step, filled, placed)
                 self._writes.log(
                     step, Event.CANCELLED, request.schedule_id, request.target,
                     due_ms=request.due_ms, at_ms=now_ms(), enqueued_ms=enqueued_ms,
@@ -145,7 +162,7 @@ class Ingest:
         step.scheduled += 1
         self._add_timer(record.schedule_id, record.due_ms)
 
-    def _cancel(self, schedule_id: str, step: Step) -> None:
+    def _cancel(self, schedule_id: str, placed: int, step: Step) -> None:
         current = self._writes.lookup(step, schedule_id)
         if current is not None and current.state is not State.SCHEDULED:
             return  # delivered or cancelled already: nothing to undo
@@ -159,7 +176,7 @@ class Ingest:
                 reason="cancelled before it was scheduled",
             )
         )  # fmt: skip
-        self._writes.state(step, record)
+        self._writes.state(step, record, placed)
         self._writes.log(
             step,
             Event.CANCELLED,

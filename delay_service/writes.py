@@ -8,7 +8,7 @@ in an earlier attempt of the step, the copy is truncated to its headers (never n
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
@@ -66,17 +66,30 @@ class StepWrites:
             step.found[schedule_id] = found
         return step.found[schedule_id]
 
+    def prefetch(self, step: Step, schedule_ids: list[str]) -> None:
+        """Read the states `lookup` will ask for, those neither in the step nor in the window,
+        in one multi-get."""
+        unread = []
+        for schedule_id in schedule_ids:
+            if schedule_id in step.records or schedule_id in step.found:
+                continue
+            held = self.window.get(schedule_id)
+            if held is None:
+                unread.append(schedule_id)
+            else:
+                step.found[schedule_id] = held
+        if unread:
+            unread = list(dict.fromkeys(unread))  # an id named twice in the chunk is read once
+            step.found.update(zip(unread, self.index.get_many(self.shard, unread), strict=True))
+            step.index_reads += len(unread)
+
     def state(self, step: Step, record: Schedule, partition: int | None = None) -> None:
         """Write `record` to the schedules topic, to `partition` if the caller has it (see
         `ShardMap.produce_partition`; -1: the producer's partitioner)."""
 
-        def written(error: KafkaError | None, message: Message) -> None:
-            if error is None:
-                step.wrote_state(message.partition(), message.offset())
-
         # Where the index has read the schedules topic up to is noted from some of the records
         # only: a restart re-reads at most the rest, and most records cost no delivery report.
-        noted = written if len(step.ordered) % self._note_every == 0 else None
+        noted = _noting(step) if len(step.ordered) % self._note_every == 0 else None
         encoded = record.encode()
         if partition is None:
             partition = self.index.shards.produce_partition(record.schedule_id)
@@ -102,3 +115,13 @@ class StepWrites:
         step.txn.produce(self._invalid_topic, key, value, tag=tag_now, headers=headers)
         self.log(step, Event.INVALID, at_ms=now_ms(), reason=reason, **event)
         step.invalid += 1
+
+
+def _noting(step: Step) -> Callable[[KafkaError | None, Message], None]:
+    """The delivery report of a state record whose offset `step` notes."""
+
+    def written(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            step.wrote_state(message.partition(), message.offset())
+
+    return written

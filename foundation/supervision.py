@@ -37,13 +37,23 @@ class StopRequested(Exception):
     it had taken anything over)."""
 
 
+class Located(Protocol):
+    """A Kafka record's place (a confluent-kafka `Message` is one)."""
+
+    def topic(self) -> str | None: ...
+
+    def partition(self) -> int | None: ...
+
+    def offset(self) -> int | None: ...
+
+
 class LoopHealth:
     """Liveness of one loop: when it last made progress, and what record it was handling."""
 
     def __init__(self, role: str, shard: int) -> None:
         self.role, self.shard = role, shard
         self.last_beat = time.monotonic()
-        self.current: tuple[str, int, int] | None = None  # the record in hand (for logs)
+        self.current: Located | None = None  # the record in hand (for logs)
         self.running = False  # beats are expected only while the loop runs
         self.restarts: deque[float] = deque(maxlen=CRASH_LOOP_RESTARTS + 1)
         self.last_failure: str | None = None
@@ -96,17 +106,17 @@ class LoopHealth:
             self.idle = False
             self.beat()
 
-    def handling(self, topic: str, partition: int, offset: int) -> None:
-        # Called per record: kept as a tuple, spelled out only when a log names it.
-        self.current = (topic, partition, offset)
+    def handling(self, record: Located) -> None:
+        # Called per record: kept as it is, spelled out only when a log names it.
+        self.current = record
 
     @property
     def record(self) -> str | None:
         """The record in hand as "topic/partition@offset", if any."""
         if self.current is None:
             return None
-        topic, partition, offset = self.current
-        return f"{topic}/{partition}@{offset}"
+        current = self.current
+        return f"{current.topic()}/{current.partition()}@{current.offset()}"
 
     def quiet_s(self, now: float) -> float:
         return now - self.last_beat if self.running and not self.idle else 0.0

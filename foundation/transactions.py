@@ -129,7 +129,8 @@ class Transaction:
         handed to the producer with others (`foundation.plain_records`), in the order added,
         before the commit and before any `produce` to the same topic. A refusal is an
         infrastructure fault, as for an untagged `produce`."""
-        self.begin()
+        if not self.open:  # checked here: `add` runs for most records of a step
+            self.begin()
         if self._failed_early is not None:
             return
         tracker = None if on_delivery is None else self._tracker(None, on_delivery)

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import Message
 from kafka_helpers import wait_for
 from role_helpers import FencingRole, HandingRole, SteppingRole
 
@@ -74,7 +75,7 @@ def test_watchdog_reports_a_quiet_loop_then_gives_up_once() -> None:
     quiet = watchdog.watch(LoopHealth("stuck", 3))
     busy = watchdog.watch(LoopHealth("busy", 3))
     quiet.running = busy.running = True
-    quiet.handling("orders", 1, 42)
+    quiet.handling(Message(topic="orders", partition=1, offset=42))
     keep_beating = threading.Event()
 
     def beat() -> None:
