@@ -52,6 +52,7 @@ class Popped:
     # Leased from another owner because this worker's own lanes of the (group, topic) had none
     # (not on a turn that asks the others first).
     elsewhere: bool
+    partial: bool = False  # a source failed: the others were not all asked
 
 
 class PopRouter:
@@ -69,13 +70,21 @@ class PopRouter:
         if not local:
             self.turns.client_pop(group, topic)
         told: set[str] = set()  # owners whose watch said they have records
+        woken = False  # by an arrival, on this poll's turn (`api.availability`)
         while True:
-            sources = await self._sources(group, topic, local)
-            popped = await self._collect(group, topic, wanted, invisible_ms, sources, told)
+            try:
+                sources = await self._sources(group, topic, local)
+                popped = await self._collect(group, topic, wanted, invisible_ms, sources, told)
+            except BaseException:
+                if woken:  # what woke it is still there for the next parked poll
+                    self._node.availability.pass_on(group, topic)
+                raise
+            if woken and (len(popped.messages) >= wanted or popped.partial):
+                self._node.availability.pass_on(group, topic)  # more may have come
             left = deadline - time.monotonic()
             if popped.messages or left <= 0:
                 return popped
-            told = await self._park(group, topic, sources, left)
+            told, woken = await self._park(group, topic, sources, left)
 
     async def watch(self, group: str, topic: str, wait_ms: int) -> int:
         """For a peer: wait until local lanes of (group, topic) hold records; how many."""
@@ -97,7 +106,7 @@ class PopRouter:
             if isinstance(answer, Exception):
                 raise answer
         deadline = time.monotonic() + wait_ms / 1000
-        with self._node.availability.waiting(group, topic) as arrived:
+        with self._node.availability.waiting(group, topic, every=True) as arrived:
             for service in services:
                 service.inbox.wake()
             while True:
@@ -182,7 +191,7 @@ class PopRouter:
             if not found:
                 raise failed
             metrics.PARTIAL_POPS.inc()
-        return Popped(found, elsewhere)
+        return Popped(found, elsewhere, partial=failed is not None)
 
     @staticmethod
     async def _lease_here(
@@ -211,15 +220,17 @@ class PopRouter:
         self.turns.heard(url, group, topic, answer)
         return list(answer["messages"])
 
-    async def _park(self, group: str, topic: str, sources: list[Source], left_s: float) -> set[str]:
+    async def _park(
+        self, group: str, topic: str, sources: list[Source], left_s: float
+    ) -> tuple[set[str], bool]:
         """Until a local lane gets records, or a remote owner says it has some, or `left_s`;
-        the owners that said so."""
+        the owners that said so, and whether an arrival here woke it."""
         services = [s for s in sources if isinstance(s, PopService)]
         # The arrival watch reads the parked poll's partitions from where each fetcher got to
         # (`revive.arrivals`), so what came since the last look wakes its shard.
         with self._node.availability.waiting(group, topic) as arrived:
             if any(service.fetchers.worth_asking(group, topic) for service in services):
-                return set()  # arrived since the last look
+                return set(), False  # arrived since the last look
             here = asyncio.ensure_future(arrived.wait())
             watches = {
                 url: self._watch(url, group, topic) for url in sources if isinstance(url, str)
@@ -230,7 +241,8 @@ class PopRouter:
                 )
             finally:
                 here.cancel()  # the watches are shared: they run on for the other polls
-        return {url for url, watch in watches.items() if watch.done()}
+            woken = arrived.is_set()
+        return {url for url, watch in watches.items() if watch.done()}, woken
 
     def _watch(self, url: str, group: str, topic: str) -> asyncio.Task[None]:
         """The watch of (group, topic) at the owner at `url`: one at a time, shared by every

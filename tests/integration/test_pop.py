@@ -322,6 +322,36 @@ def test_long_poll_answers_as_soon_as_a_message_arrives(leader, group, new_topic
     assert wakes is not None and wakes >= len(latencies) // 2
 
 
+def test_records_arriving_together_wake_parked_polls_in_turn(
+    leader, group, new_topic, kafka_bootstrap
+):
+    """An arrival wakes one parked poll, not all (`api.availability`); one that filled its batch
+    passes the turn on. Four polls of one message each park, four records come in one batch:
+    every poll answers at once with a record of its own, none waits out its 10 s."""
+    topic = new_topic()
+    with KpdClient(leader.url) as kpd, leader.client() as http:
+        assert kpd.pop(group, topic, wait_ms=300) == []  # the group reads the topic from now on
+        answers: list[tuple[list, float]] = []
+
+        def waiting_pop() -> None:
+            answers.append((kpd.pop(group, topic, max_messages=1, wait_ms=10_000), time.time()))
+
+        threads = [threading.Thread(target=waiting_pop) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: parked(http) == 4, 10, "four pops parked")
+        produced_at = time.time()
+        produce(kafka_bootstrap, topic, [f"together-{i}" for i in range(4)])  # one flush
+        for thread in threads:
+            thread.join(timeout=15)
+        values = sorted(m.value for messages, _ in answers for m in messages)
+        assert values == [f"together-{i}".encode() for i in range(4)]
+        assert [len(messages) for messages, _ in answers] == [1, 1, 1, 1]
+        slowest = max(at for _, at in answers) - produced_at
+        assert slowest < 2.0, f"the last poll answered {slowest:.1f} s after the records came"
+        kpd.ack(group, [m.receipt for messages, _ in answers for m in messages])
+
+
 def test_restart_honours_leases_and_never_redelivers_acked(
     sidecar_factory, group, new_topic, kafka_bootstrap
 ) -> None:
