@@ -199,6 +199,7 @@ class ScheduleIndex:
         staged: dict[str, Schedule | None] = dict(found or {})
         applied = []
         pending = self.count_pending(shard)
+        put_schedule, put_due = batch.putter(SCHEDULE_CF), batch.putter(DUE_CF)
         for record, value in zip(records, encoded, strict=True):
             sid = record.schedule_id
             current = staged[sid] if sid in staged else self.get(shard, sid)
@@ -207,9 +208,9 @@ class ScheduleIndex:
             if current is not None and current.state is State.SCHEDULED:
                 batch.delete(DUE_CF, due_key(shard, current.due_ms, sid))
                 pending -= 1
-            batch.put(SCHEDULE_CF, sid.encode(), value)
+            put_schedule(sid.encode(), value)
             if record.state is State.SCHEDULED:
-                batch.put(DUE_CF, due_key(shard, record.due_ms, sid), b"")
+                put_due(due_key(shard, record.due_ms, sid), b"")
                 pending += 1
             staged[sid] = record
             applied.append(record)
@@ -226,11 +227,12 @@ class ScheduleIndex:
         nothing, as in `stage`."""
         pending = self.count_pending(shard)
         delivered: set[str] = set()
+        put_schedule, put_due = batch.putter(SCHEDULE_CF), batch.putter(DUE_CF)
         for record, value in zip(records, encoded, strict=True):
             sid = record.schedule_id
             key = due_key(shard, record.due_ms, sid)
             if record.state is State.SCHEDULED:
-                batch.put(DUE_CF, key, b"")
+                put_due(key, b"")
                 pending += 1
             elif sid in delivered:
                 continue
@@ -238,7 +240,7 @@ class ScheduleIndex:
                 delivered.add(sid)
                 batch.delete(DUE_CF, key)
                 pending -= 1
-            batch.put(SCHEDULE_CF, sid.encode(), value)
+            put_schedule(sid.encode(), value)
         if records:
             batch.put(SCHEDULE_CF, _pending_key(shard), pending.to_bytes(8, "big", signed=True))
 

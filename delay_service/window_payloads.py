@@ -68,5 +68,5 @@ class WindowPayloads:
         for record in records:
             if record.state is State.SCHEDULED and record.due_ms < window_end_ms:
                 self.hold(record)
-            else:
+            elif record.schedule_id in self._sizes:  # most ids were never held: no call
                 self.drop(record.schedule_id)
