@@ -1,4 +1,5 @@
-"""The lean path of the calls a worker serves most: pop, ack, nack, leases, reject.
+"""The lean path of the calls a worker serves most: pop, ack, nack, leases, reject, and the
+health probe a peer worker sends every second (`sidecar.successor`).
 
 A well-formed call (a JSON body, names that match the API's patterns, a body msgspec decodes
 into its struct, `api.hot_bodies`) is answered here, in front of FastAPI: no routing through
@@ -41,6 +42,7 @@ _SETTLE_BODIES = {
     )
 }  # fmt: skip
 _JSON = b"application/json"
+_HEALTHY = b'{"status":"ok"}'  # as `api.health.healthz` answers
 Call = Callable[[Caller], Awaitable[Answer]]
 
 
@@ -49,6 +51,9 @@ class HotRoutes:
         self._app, self._node, self._router = app, node, router
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/healthz":
+            await _send_json(send, _HEALTHY)
+            return
         if scope["type"] == "http" and scope["method"] == "POST" and _json(scope):
             route = self._route(scope["path"])
             if route is not None:
@@ -92,11 +97,15 @@ class HotRoutes:
             log.exception("a pop-group call failed", path=scope["path"])
             await internal_error()(scope, receive, send)
             return
-        headers = [(b"content-type", _JSON), (b"content-length", b"%d" % len(answer.body))]
-        if answer.close:
-            headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": answer.body})
+        await _send_json(send, answer.body, close=answer.close)
+
+
+async def _send_json(send: Send, body: bytes, close: bool = False) -> None:
+    headers = [(b"content-type", _JSON), (b"content-length", b"%d" % len(body))]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _made(

@@ -44,6 +44,7 @@ LEFT_FOR_CLIENTS_S = 0.01
 Source = PopService | str  # a local shard's service, or a remote owner's URL
 # A popped message: rendered by a local shard (`revive.lease`), or decoded from a peer's answer.
 Message = orjson.Fragment | dict[str, Any]
+LANE_SHARDS_KEPT = 4096  # (group, topic)s whose lanes' shards are remembered: any pop names one
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class PopRouter:
         self._node = node
         self.turns = PopTurns()
         self._watches: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        # (group, topic, retry topic, their partition counts) -> the shards of their lanes
+        self._lane_shards: dict[tuple[str, str, str, int, int], list[int]] = {}
 
     # -- pop -------------------------------------------------------------------------------
 
@@ -126,15 +129,12 @@ class PopRouter:
         """Who serves lanes of (group, topic): this worker's shards, then the other owners."""
         node = self._node
         retry = node.settings.group(group).retry_topic or ""
-        shards = {
-            node.shard_map.of_lane(group, name, p)
-            for name in (topic, retry)
-            for p in range(await partition_count(node, name))
-        }
+        counts = (await partition_count(node, topic), await partition_count(node, retry))
+        shards = self._shards_of_lanes(group, topic, retry, *counts)
         owners = node.routes()
         services: list[Source] = []
         urls: set[str] = set()
-        for shard in sorted(shards):
+        for shard in shards:
             service = node.pop_service(shard)
             if service is not None:
                 services.append(service)
@@ -144,6 +144,22 @@ class PopRouter:
         if not sources:
             raise leadership_moving("no_leader", f"no sidecar serves the lanes of {topic!r} now")
         return sources
+
+    def _shards_of_lanes(
+        self, group: str, topic: str, retry: str, count: int, retry_count: int
+    ) -> list[int]:
+        """The shards of (group, topic)'s lanes and its retry topic's, in order: hashed once per
+        (group, topic) and partition counts, not on every pop."""
+        shards = self._lane_shards.get((group, topic, retry, count, retry_count))
+        if shards is not None:
+            return shards
+        if len(self._lane_shards) >= LANE_SHARDS_KEPT:
+            self._lane_shards.clear()
+        of_lane = self._node.shard_map.of_lane
+        lanes = [(topic, p) for p in range(count)] + [(retry, p) for p in range(retry_count)]
+        shards = sorted({of_lane(group, name, p) for name, p in lanes})
+        self._lane_shards[(group, topic, retry, count, retry_count)] = shards
+        return shards
 
     async def _collect(
         self,

@@ -6,12 +6,19 @@ header bytes (slowloris) would hold its connection, and memory, for as long as i
 protocol starts a timer when a connection opens and when each request begins, stops it when the
 head is complete, and counts head bytes meanwhile; over either bound the client gets a 408 or 431
 problem and the connection is closed. Bodies are bounded by `api.body_limit` (time and size).
+
+It also renews the Date header uvicorn sends, when a request begins in a new second: uvicorn's
+server renews it on a tick of its own, which kpd's server does not run (`sidecar.run`), so an
+idle worker does not wake.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from email.utils import formatdate
 from http import HTTPStatus
+from typing import ClassVar
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -25,6 +32,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     _head_timer: asyncio.TimerHandle | None = None
     _head_bytes = 0
+    _date_second: ClassVar[int] = -1  # of the Date header its server sends now (one class each)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -47,6 +55,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             )
 
     def on_message_begin(self) -> None:
+        self._renew_date()
         super().on_message_begin()
         if self._head_timer is None:
             self._start_head()
@@ -54,6 +63,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._end_head()
         super().on_headers_complete()
+
+    def _renew_date(self) -> None:
+        """The Date header of the second this request began in (read as its headers complete)."""
+        second = int(time.time())
+        if second != type(self)._date_second and self.config.date_header:
+            type(self)._date_second = second
+            date = (b"date", formatdate(second, usegmt=True).encode())
+            self.server_state.default_headers = [date, *self.config.encoded_headers]
 
     def _start_head(self) -> None:
         self._head_bytes = 0

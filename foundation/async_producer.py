@@ -2,7 +2,8 @@
 
 confluent-kafka's own AIOProducer buffers records for up to `buffer_timeout` before sending, which
 would add that much to every HTTP call; here each record is handed to librdkafka at once and a
-background thread serves the delivery callbacks.
+background thread serves the delivery callbacks, while any are due: with none outstanding it
+sleeps on an event, not in a poll (confluent-kafka wakes a poll 5 times a second).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-STOP_WITHIN_S = 0.25
+POLL_S = 0.1  # while records are outstanding: a poll returns as soon as it served a report
 
 
 class AsyncProducer:
@@ -28,6 +29,7 @@ class AsyncProducer:
             }
         )
         self._stop = threading.Event()
+        self._produced = threading.Event()  # set by `produce` and `close`: serve the reports
         self._thread = threading.Thread(target=self._serve, name="api-producer", daemon=True)
         self._thread.start()
 
@@ -52,6 +54,7 @@ class AsyncProducer:
         self._producer.produce(
             topic, value=value, key=key, headers=headers or [], on_delivery=delivered, **placed
         )
+        self._produced.set()
         return future
 
     def list_topics(self, topic: str, timeout: float) -> Any:
@@ -59,13 +62,16 @@ class AsyncProducer:
 
     def close(self) -> None:
         self._stop.set()
+        self._produced.set()
         self._thread.join(timeout=5)
         self._producer.flush(5)
 
     def _serve(self) -> None:
-        # A poll returns as soon as it has served a delivery report; its timeout bounds a stop.
         while not self._stop.is_set():
-            self._producer.poll(STOP_WITHIN_S)
+            self._produced.wait()
+            self._produced.clear()  # before the look: a record produced after it sets it again
+            while len(self._producer) > 0 and not self._stop.is_set():
+                self._producer.poll(POLL_S)
 
 
 def _resolve(

@@ -4,7 +4,8 @@ A lease ending (it is revived then: available again at once), a group's offsets 
 (`revive.offsets`), and a look at the replay floors, due FLOOR_EVERY_S after the ledgers or the
 offsets sent changed and never else: an idle shard has no deadline and sleeps until a request
 or a wake comes. While the arrival watch has named records the fetchers have not handed over
-yet, the thread looks again soon; while long polls park, at least every PARKED_LOOK_S.
+yet, the thread looks again soon; while long polls park, at least every PARKED_LOOK_S (the watch
+reports what arrives: this bounds only an arrival it missed, its consumer failing).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from foundation.clock import now_ms
 # Replay floors and never-committed watermarks are looked for this long after a change to the
 # ledgers or the offsets sent (each look scans the ledgers).
 FLOOR_EVERY_S = 1.0
-PARKED_LOOK_S = 1.0  # while long polls park: the bound of an arrival the watch did not report
+PARKED_LOOK_S = 5.0  # while long polls park: the bound of an arrival the watch did not report
 ARRIVAL_RETRY_S = 0.005  # a record the watch saw, not yet handed over by the fetcher
 
 

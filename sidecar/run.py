@@ -6,6 +6,7 @@ SIGTERM/SIGINT stop a worker gracefully, within `SHUTDOWN_BOUND_S`: a Kafka call
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import signal
@@ -75,11 +76,24 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
 
 
 class _BoundedServer(uvicorn.Server):
+    _exit: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        """Wait for a stop, and for nothing else. uvicorn's own loop wakes 10 times a second to
+        look for one and to renew the Date header; requests renew that (`api.slow_clients`)."""
+        await self.on_tick(0)  # the first Date header
+        self._loop, self._exit = asyncio.get_running_loop(), asyncio.Event()
+        while not self.should_exit:  # a stop asked before the event existed is seen here
+            await self._exit.wait()
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         deadline = threading.Timer(SHUTDOWN_BOUND_S - 2, os._exit, args=(EXIT_FORCED,))
         deadline.daemon = True
         deadline.start()
         super().handle_exit(sig, frame)
+        if self._loop is not None and self._exit is not None:
+            self._loop.call_soon_threadsafe(self._exit.set)
 
 
 def _die_with_parent() -> None:

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
 import structlog
 
 from foundation.metrics import EARLY_TAKEOVER_FALSE_ALARMS, EARLY_TAKEOVERS
@@ -105,7 +104,6 @@ class Successor(PeriodicThread):
         self._owners, self._url = owners, url
         self.shards: frozenset[int] = frozenset()  # taken over early, not (yet) assigned here
         self._watches: dict[str, Watch] = {}  # of each watched member, by address
-        self._http = httpx.Client(timeout=PROBE_TIMEOUT_S)
         self._links = Links(PROBE_TIMEOUT_S)
         self._closed: set[str] = set()  # members whose link closed during the last rest
         self.on_change: Callable[[], None] = lambda: None  # the shards taken over changed
@@ -113,7 +111,6 @@ class Successor(PeriodicThread):
     def stop(self) -> None:
         self._links.wake()
         super().stop()
-        self._http.close()
         self._links.close()
 
     def rest(self, seconds: float) -> None:
@@ -163,17 +160,7 @@ class Successor(PeriodicThread):
         silence = watch.silence
         if silence.silent or silence.gone is not None or now - watch.health_at >= HEALTH_EVERY_S:
             watch.health_at = now
-            return health_probe(self._http, url)
+            return self._links.health(url)
         if url in self._closed or not self._links.holds(url) or silence.in_doubt:
             return self._links.connect(url)
         return None
-
-
-def health_probe(http: httpx.Client, url: str) -> Probe:
-    try:
-        answer = http.get(f"{url}/healthz")
-    except httpx.ConnectError:  # refused (a connect that times out is a ConnectTimeout: silent)
-        return Probe.REFUSED
-    except httpx.HTTPError:
-        return Probe.SILENT
-    return Probe.ANSWERED if answer.status_code == 200 else Probe.SILENT

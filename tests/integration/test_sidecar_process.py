@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import time
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import httpx
@@ -29,6 +31,18 @@ def test_creates_missing_topics_and_serves_health(sidecar_factory, admin: AdminC
         assert missing.status_code == 404
         assert missing.headers["content-type"] == "application/problem+json"
         assert missing.json()["code"] == "not_found"
+
+
+def test_answers_carry_the_date_they_were_made_after_the_server_sat_idle(sidecar_factory) -> None:
+    """The server renews its Date header as requests come, not on a tick of its own: an answer
+    after a second and more without a request still carries its own second."""
+    sidecar = sidecar_factory("a").start()
+    with sidecar.client() as http:
+        for path in ("/healthz", "/readyz", "/healthz"):  # the lean path and FastAPI's
+            time.sleep(1.5)  # idle, on purpose: nothing to await
+            asked = int(time.time())
+            date = parsedate_to_datetime(http.get(path).headers["date"]).timestamp()
+            assert asked <= date <= time.time(), (path, asked, date)
 
 
 def test_once_ready_a_lone_sidecar_stays_ready(sidecar_factory) -> None:
