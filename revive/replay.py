@@ -89,5 +89,12 @@ class PopStateReader:
             count += len(batch)
             state.replay(batch)
 
+    def stop_reading(self) -> None:
+        """Read nothing more (a leader that replayed its shard): the consumer stays, for the
+        group metadata its transactions send the floors with, but fetches nothing, where it
+        went on fetching back every record its leader wrote."""
+        self.consumer.unassign()
+        self._partitions = []
+
     def close(self) -> None:
         self.consumer.close()

@@ -139,6 +139,7 @@ class PopService:
         at = self._handover[1] if self._handover is not None else {}
         self._floor.assign(at, [p for p in self._partitions if p not in at])
         read = self._floor.replay_to_end(self.state, self._health.beat)
+        self._floor.stop_reading()
         self.fetchers.resume()
         log.info(
             "pop service started", shard=self.shard, ledgers=len(self.state.ledgers), read=read,

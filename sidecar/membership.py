@@ -157,7 +157,13 @@ class Membership:
         self._subscribed = False
         self._set(frozenset())
 
-    def _assigned(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Assigned here (else the client does it after this callback) to be paused at once: the
+        # election topic's records are never read, and an assigned partition is fetched on
+        # every `fetch.wait.max.ms` while it stays empty.
+        consumer.incremental_assign(partitions)
+        if partitions:
+            consumer.pause(partitions)
         self.assigned_once = True
         self._set(self.owned | {tp.partition for tp in partitions})
 
