@@ -11,12 +11,11 @@ from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 from fastapi import Request, Response
 
 from api.node import Node
 from api.problems import Problem, leadership_moving
-from foundation.config import Settings
+from foundation.peer_http import Answer, PeerFailed, PeerUnreachable
 from revive import metrics
 
 FORWARDED = "x-kpd-forwarded"
@@ -39,15 +38,6 @@ OVERDUE_S = 2.0
 PROBE_TIMEOUT_S = 3.0
 
 
-def forwarding_limits(settings: Settings) -> httpx.Limits:
-    """The pool of the client that forwards calls. Not capped: each parked pop holds a watch at
-    every other owner of its lanes, and a cap (httpx's default is 100) would hold calls back
-    behind them. Idle connections are dropped at half the peers' keep-alive (same settings): one
-    reused just as the peer closes it fails with "Server disconnected"."""
-    kept = settings.http_keep_alive_ms / 2000
-    return httpx.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=kept)
-
-
 class Mute(Exception):
     """The owner took a call, and answers neither it nor a health probe."""
 
@@ -65,37 +55,39 @@ async def send(
     body: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     wait_s: float = 0.0,
-) -> httpx.Response:
+) -> Answer:
     """Send a call to the sidecar at `url` as a forwarded one (with the API token when one is
     set), which may wait `wait_s` there before it answers; an owner that cannot be reached, or
     does not answer, reads as leadership moving (503, retry soon)."""
     sent = {FORWARDED: node.settings.node_id, **(headers or {})}
     if node.settings.api_token is not None:
         sent["authorization"] = f"Bearer {node.settings.api_token.get_secret_value()}"
-    timeout = httpx.Timeout(wait_s + ANSWER_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-    request = node.http.request(method, f"{url}{path}", json=body, headers=sent, timeout=timeout)
+    timeout_s = wait_s + ANSWER_TIMEOUT_S
+    request = node.http.request(method, url, path, json=body, headers=sent, timeout_s=timeout_s)
     try:
         return await _unless_mute(node, url, request, wait_s + OVERDUE_S)
-    except (httpx.HTTPError, Mute) as error:
+    except (PeerFailed, Mute) as error:
         # Refused, or mute: nothing there answers, so its shards' next calls go to the member
         # that takes them over (its guardian takes a silent member's shards too). Not a call
         # that outlasted its bound while the owner answered its probes: it is alive.
-        if isinstance(error, Mute | httpx.ConnectError | httpx.ConnectTimeout):
+        if isinstance(error, Mute | PeerUnreachable):
             node.unreachable(url)
         raise leadership_moving("leader_unreachable", f"sidecar at {url}: {error}") from None
 
 
 async def _unless_mute(
-    node: Node, url: str, request: Awaitable[httpx.Response], overdue_s: float
-) -> httpx.Response:
+    node: Node, url: str, request: Awaitable[Answer], overdue_s: float
+) -> Answer:
     """The answer to `request`; `Mute` once it is `overdue_s` late and the owner answers no
     health probe either (an answer that comes during a probe is taken, whatever the probe)."""
     call = asyncio.ensure_future(request)
-    probe: asyncio.Future[httpx.Response] | None = None
+    probe: asyncio.Future[Answer] | None = None
     try:
         await asyncio.wait({call}, timeout=overdue_s)
         while not call.done():
-            probe = asyncio.ensure_future(node.http.get(f"{url}/healthz", timeout=PROBE_TIMEOUT_S))
+            probe = asyncio.ensure_future(
+                node.http.request("GET", url, "/healthz", timeout_s=PROBE_TIMEOUT_S)
+            )
             await asyncio.wait({call, probe}, return_when=asyncio.FIRST_COMPLETED)
             if call.done():
                 break
@@ -144,7 +136,7 @@ def segment(name: str) -> str:
     return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
-def relayed(answer: httpx.Response) -> Response:
+def relayed(answer: Answer) -> Response:
     """The owner's answer, passed on as it came (status, body, and when to retry)."""
     headers = {k: v for k, v in answer.headers.items() if k in ("content-type", "retry-after")}
     return Response(answer.content, status_code=answer.status_code, headers=headers)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import httpx
-
 from api.availability import Availability
 from api.index_writes import IndexWrites
 from delay_service.schedules import Freshness, ScheduleIndex
 from foundation.async_producer import AsyncProducer
 from foundation.config import Settings
+from foundation.peer_http import PeerHttp
 from foundation.shards import ShardMap
 from foundation.topics import TopicCache
 from revive.receipt import ReceiptCodec
@@ -23,7 +22,7 @@ class Node(Protocol):
     schedules: ScheduleIndex
     api_producer: AsyncProducer
     topic_cache: TopicCache
-    http: httpx.AsyncClient  # forwards calls to the sidecar that owns them
+    http: PeerHttp  # forwards calls to the sidecar that owns them
     codec: ReceiptCodec
     availability: Availability  # wakes long polls when records arrive
     index_writes: IndexWrites  # wakes calls waiting for the schedule index

@@ -17,8 +17,7 @@ import select
 import socket
 import time
 from collections.abc import Iterable
-
-import httpx
+from urllib.parse import urlsplit
 
 
 class Probe(enum.Enum):
@@ -49,12 +48,12 @@ class Links:
         """(Re)open the link to `url`: REFUSED, SILENT (no answer to the connect) or LISTENING
         (the link is held from now on)."""
         self.drop(url)
-        address = httpx.URL(url)
+        address = urlsplit(url)
         try:
-            link = socket.create_connection((address.host, address.port or 80), self._timeout_s)
+            link = socket.create_connection((address.hostname, address.port or 80), self._timeout_s)
         except TimeoutError:
             return Probe.SILENT
-        except OSError:  # refused, or no route: as httpx's ConnectError
+        except OSError:  # refused, or no route
             return Probe.REFUSED
         self._links[url] = link
         return Probe.LISTENING

@@ -15,11 +15,10 @@ from __future__ import annotations
 import os
 import threading
 
-import httpx
 import structlog
 
 from api.availability import Availability
-from api.forwarding import forwarding_limits
+from api.forwarding import CONNECT_TIMEOUT_S
 from api.index_writes import IndexWrites
 from delay_service.ingest_turns import IngestTurns
 from delay_service.leader import DelayDeps
@@ -33,6 +32,7 @@ from foundation.garbage_collection import GcPauses
 from foundation.kafka_clients import admin_client, base_config, producer_config
 from foundation.kafka_probe import KafkaProbe
 from foundation.memory_trim import MemoryTrim
+from foundation.peer_http import PeerHttp
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF
 from foundation.store import Store, shard_stores
@@ -85,7 +85,9 @@ class Sidecar:
         self.stores.on_open(self._check_format)
         self.api_producer = AsyncProducer(self.producer_config)
         self.topic_cache = TopicCache(self.api_producer, settings.kafka_timeout_ms / 1000)
-        self.http = httpx.AsyncClient(limits=forwarding_limits(settings))
+        # Idle connections go at half the peers' keep-alive (the same setting): one reused just
+        # as its peer closes it would fail the call.
+        self.http = PeerHttp(settings.http_keep_alive_ms / 2000, CONNECT_TIMEOUT_S)
         self.codec = ReceiptCodec(_receipt_secret(settings))
         self.availability = Availability()
         self.index_writes = IndexWrites()

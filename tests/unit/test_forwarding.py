@@ -1,7 +1,7 @@
 """A forwarded call to an owner that is slow, or mute (`api.forwarding.send`): a slow owner's
 answer is waited for, however long; a mute one (a paused process, a host cut off behind an open
 connection: it takes the call and answers nothing) is given up once the call is overdue and the
-owner's /healthz does not answer either. The owner is an `httpx.MockTransport`; the real thing,
+owner's /healthz does not answer either. The owner is a stand-in (`peer_fakes`); the real thing,
 a paused sidecar, is in `tests/integration/test_early_takeover.py`."""
 
 from __future__ import annotations
@@ -11,40 +11,38 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-import httpx
 import pytest
+from peer_fakes import Asked, FakePeers, answer
 
 from api import forwarding
 from api.problems import Problem
 from api.settle_router import _answered
 from foundation.config import Settings
+from foundation.peer_http import Answer, PeerFailed
 
 OWNER = "http://owner:9000"
 
 
-def forwarded(call_takes_s: float, healthy: bool) -> tuple[httpx.Response | Problem, list, list]:
+def forwarded(call_takes_s: float, healthy: bool) -> tuple[Answer | Problem, list, list]:
     """Forward an ack to an owner that answers it after `call_takes_s` and answers /healthz if
     `healthy`: (the answer or the problem raised, the paths asked, the addresses reported)."""
     asked: list[str] = []
     told: list[str] = []
 
-    async def owner(request: httpx.Request) -> httpx.Response:
-        asked.append(request.url.path)
-        if request.url.path == "/healthz":
-            if not healthy:
-                raise httpx.ReadTimeout("no answer", request=request)
-            return httpx.Response(200, json={"status": "ok"})
+    async def owner(request: Asked) -> Answer | Exception:
+        asked.append(request.path)
+        if request.path == "/healthz":
+            return answer(200, {"status": "ok"}) if healthy else PeerFailed("no answer")
         await asyncio.sleep(call_takes_s)
-        return httpx.Response(200, json={"results": []})
+        return answer(200, {"results": []})
 
-    async def send() -> httpx.Response | Problem:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(owner)) as http:
-            node: Any = SimpleNamespace(settings=Settings(node_id="a-0"), http=http,
-                                        unreachable=told.append)  # fmt: skip
-            try:
-                return await forwarding.send(node, "POST", OWNER, "/v1/groups/g/ack", {})
-            except Problem as problem:
-                return problem
+    async def send() -> Answer | Problem:
+        node: Any = SimpleNamespace(settings=Settings(node_id="a-0"), http=FakePeers(owner),
+                                    unreachable=told.append)  # fmt: skip
+        try:
+            return await forwarding.send(node, "POST", OWNER, "/v1/groups/g/ack", {})
+        except Problem as problem:
+            return problem
 
     return asyncio.run(send()), asked, told
 
@@ -55,8 +53,8 @@ def short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_slow_owner_that_answers_its_health_probes_is_waited_for() -> None:
-    answer, asked, told = forwarded(call_takes_s=0.45, healthy=True)
-    assert isinstance(answer, httpx.Response) and answer.status_code == 200
+    answered, asked, told = forwarded(call_takes_s=0.45, healthy=True)
+    assert isinstance(answered, Answer) and answered.status_code == 200
     assert asked[0] == "/v1/groups/g/ack" and set(asked[1:]) == {"/healthz"}
     assert 3 <= len(asked) <= 5  # probed once per OVERDUE_S while the call was overdue
     assert told == []
@@ -64,61 +62,57 @@ def test_a_slow_owner_that_answers_its_health_probes_is_waited_for() -> None:
 
 def test_a_mute_owner_is_given_up_and_reported() -> None:
     started = time.monotonic()
-    answer, asked, told = forwarded(call_takes_s=3600, healthy=False)
+    answered, asked, told = forwarded(call_takes_s=3600, healthy=False)
     assert time.monotonic() - started < 5
-    assert isinstance(answer, Problem)
-    assert (answer.status, answer.code) == (503, "leader_unreachable")
+    assert isinstance(answered, Problem)
+    assert (answered.status, answered.code) == (503, "leader_unreachable")
     assert asked == ["/v1/groups/g/ack", "/healthz"]
     assert told == [OWNER]
 
 
 def test_a_quick_answer_asks_no_health_probe() -> None:
-    answer, asked, told = forwarded(call_takes_s=0.0, healthy=False)
-    assert isinstance(answer, httpx.Response) and answer.status_code == 200
+    answered, asked, told = forwarded(call_takes_s=0.0, healthy=False)
+    assert isinstance(answered, Answer) and answered.status_code == 200
     assert (asked, told) == (["/v1/groups/g/ack"], [])
 
 
-def owner_answers(answer: httpx.Response) -> Any:
-    """`forward` an ack to an owner that answers `answer`: its JSON, or the problem raised."""
+def owner_answers(given: Answer) -> Any:
+    """`forward` an ack to an owner that answers `given`: its JSON, or the problem raised."""
 
     async def call() -> Any:
-        transport = httpx.MockTransport(lambda _: answer)
-        async with httpx.AsyncClient(transport=transport) as http:
-            node: Any = SimpleNamespace(settings=Settings(node_id="a-0"), http=http,
-                                        unreachable=lambda url: None)  # fmt: skip
-            try:
-                return await forwarding.forward(node, "ack", OWNER, "/v1/groups/g/ack", {})
-            except Problem as problem:
-                return problem
+        peers = FakePeers(lambda _: given)
+        node: Any = SimpleNamespace(
+            settings=Settings(node_id="a-0"), http=peers, unreachable=lambda url: None
+        )
+        try:
+            return await forwarding.forward(node, "ack", OWNER, "/v1/groups/g/ack", {})
+        except Problem as problem:
+            return problem
 
     return asyncio.run(call())
 
 
 @pytest.mark.parametrize(
-    ("answer", "status", "code"),
+    ("given", "status", "code"),
     [
-        (httpx.Response(500, text="Internal Server Error"), 500, "forward_failed"),
-        (httpx.Response(200, text="<html>a proxy's page</html>"), 502, "forward_failed"),
-        (httpx.Response(200, json=["not", "an", "object"]), 502, "forward_failed"),
-        (httpx.Response(503, json={"code": "no_leader", "detail": "moving"}), 503, "no_leader"),
-        (
-            httpx.Response(422, json={"code": "invalid_request", "detail": "x"}),
-            422,
-            "invalid_request",
-        ),
+        (answer(500, text="Internal Server Error"), 500, "forward_failed"),
+        (answer(200, text="<html>a proxy's page</html>"), 502, "forward_failed"),
+        (answer(200, ["not", "an", "object"]), 502, "forward_failed"),
+        (answer(503, {"code": "no_leader", "detail": "moving"}), 503, "no_leader"),
+        (answer(422, {"code": "invalid_request", "detail": "x"}), 422, "invalid_request"),
     ],
 )
 def test_an_owner_s_failure_is_raised_as_a_problem_whatever_its_body(
-    answer: httpx.Response, status: int, code: str
+    given: Answer, status: int, code: str
 ) -> None:
-    problem = owner_answers(answer)
+    problem = owner_answers(given)
     assert isinstance(problem, Problem)
     assert (problem.status, problem.code) == (status, code)
     assert OWNER in problem.detail
 
 
 def test_an_owner_s_answer_is_its_json() -> None:
-    assert owner_answers(httpx.Response(200, json={"results": [1]})) == {"results": [1]}
+    assert owner_answers(answer(200, {"results": [1]})) == {"results": [1]}
 
 
 async def failing(status: int) -> list[dict[str, Any]]:
@@ -141,21 +135,20 @@ def test_an_answer_that_comes_during_a_failing_probe_is_taken() -> None:
     the answer is the call's, and the owner is not reported."""
     told: list[str] = []
 
-    async def owner(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/healthz":
+    async def owner(request: Asked) -> Answer | Exception:
+        if request.path == "/healthz":
             await asyncio.sleep(0.5)
-            raise httpx.ReadTimeout("no answer", request=request)
+            return PeerFailed("no answer")
         await asyncio.sleep(0.15)  # overdue at 0.1 s, answered 0.05 s into the probe
-        return httpx.Response(200, json={"results": []})
+        return answer(200, {"results": []})
 
-    async def send() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(owner)) as http:
-            node: Any = SimpleNamespace(settings=Settings(node_id="a-0"), http=http,
-                                        unreachable=told.append)  # fmt: skip
-            return await forwarding.send(node, "POST", OWNER, "/v1/groups/g/ack", {})
+    async def send() -> Answer:
+        node: Any = SimpleNamespace(settings=Settings(node_id="a-0"), http=FakePeers(owner),
+                                    unreachable=told.append)  # fmt: skip
+        return await forwarding.send(node, "POST", OWNER, "/v1/groups/g/ack", {})
 
     started = time.monotonic()
-    answer = asyncio.run(send())
-    assert answer.status_code == 200
+    answered = asyncio.run(send())
+    assert answered.status_code == 200
     assert time.monotonic() - started < 0.4  # not held for the probe
     assert told == []
