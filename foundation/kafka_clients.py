@@ -65,7 +65,10 @@ HELD_FETCH_MS = 100
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient(base_config(settings))
+    """An admin client whose metadata requests never create a topic: confluent-kafka makes it
+    of a producer, which by default asks a broker with `auto.create.topics.enable` (Kafka's
+    default) to create any topic it asks about."""
+    return AdminClient({**base_config(settings), "allow.auto.create.topics": False})
 
 
 def transactional_producer(producer_config: dict[str, Any], transactional_id: str) -> Producer:

@@ -12,20 +12,24 @@ log = structlog.get_logger(__name__)
 
 
 class KafkaProbe(PeriodicThread):
-    """Asks the cluster for metadata every `interval_s`; `reachable` is the last answer. Not a
-    DescribeCluster, though cheaper: librdkafka 2.16 aborted the process on one while the broker
-    was paused (assertion `rko_result' in rd_kafka_admin_response_parse)."""
+    """Asks the cluster for the metadata of `topic` every `interval_s` (the brokers come with
+    any topic's; all topics' would be as many as a shared cluster holds, every second);
+    `reachable` is the last answer. Not a DescribeCluster, though cheaper: librdkafka 2.16
+    aborted the process on one while the broker was paused (assertion `rko_result' in
+    rd_kafka_admin_response_parse)."""
 
-    def __init__(self, admin: AdminClient, interval_s: float = 1.0, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, admin: AdminClient, topic: str, interval_s: float = 1.0, timeout_s: float = 2.0
+    ) -> None:
         super().__init__("kafka-probe", interval_s, join_s=timeout_s + 1)
-        self._admin = admin
+        self._admin, self._topic = admin, topic
         self._timeout_s = timeout_s
         self.reachable = False
         self.last_error = "not probed yet"
 
     def tick(self) -> None:
         try:
-            brokers = self._admin.list_topics(timeout=self._timeout_s).brokers
+            brokers = self._admin.list_topics(topic=self._topic, timeout=self._timeout_s).brokers
             reachable, error = bool(brokers), "" if brokers else "no broker in metadata"
         except Exception as exc:  # any client error means "not reachable now"
             reachable, error = False, str(exc)

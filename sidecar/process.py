@@ -75,7 +75,7 @@ class Sidecar:
         self.client_config = base_config(settings)
         self.producer_config = producer_config(settings)
         self.admin = admin_client(settings)
-        self.probe = KafkaProbe(self.admin)
+        self.probe = KafkaProbe(self.admin, settings.state_topic("leader"))
         self.stores = shard_stores(
             settings.state_dir, settings.shard_stores_dir, [*SCHEDULE_CFS, OFFSETS_CF]
         )
