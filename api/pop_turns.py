@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 # One pop in this many asks the other owners before this worker's own shards. Rarer means fewer
 # forwarded calls while local lanes have records (4 workers, batch 100: 156 forwarded pops instead
-# of 572-595, BENCHMARKS.md 2026-11-25 12:40); a lane no client reaches directly is still served
+# of 572-595); a lane no client reaches directly is still served
 # at 1/8 of the pops of each sidecar that clients do reach.
 REMOTE_FIRST_EVERY = 8
 # How long a client's pop of a (group, topic) counts as its clients still popping it there. Long

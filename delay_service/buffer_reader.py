@@ -2,8 +2,8 @@
 
 confluent-kafka makes some 8 GC-tracked objects per buffer record (the message, its header list
 and tuples) that live as long as the message. A step holding all its records triggered a young
-collection every 90 or so: 4.6% of bench/delay.py's mixed phase with the default thresholds
-(BENCHMARKS.md, 2026-11-25 15:50). Read in chunks and dropped once handled, the records in flight
+collection every 90 or so: 4.6% of bench/delay.py's mixed phase with the default thresholds.
+Read in chunks and dropped once handled, the records in flight
 stay below the collector's young threshold (700 objects).
 
 A chunk is ingested only in this shard's ingest turn (`delay_service.ingest_turns`); one read
@@ -26,7 +26,7 @@ from foundation.shards import ShardMap
 # `HELD_FETCH_MS`). A record that arrives answers a held fetch at once; the wait only delays a
 # partition assigned or sought while a fetch is held, and a buffer reader is assigned once and
 # seeks only to redo a refused step. With 8 shards led, 100 ms cost an idle broker some 0.03
-# cores (BENCHMARKS.md, 2026-11-26 10:45).
+# cores.
 BUFFER_FETCH_WAIT_MS = 500
 
 INGEST_CHUNK = 64  # records read at a time (see above)

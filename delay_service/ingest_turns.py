@@ -3,7 +3,7 @@
 Each shard's delay leader is a thread, and a worker's threads share one GIL. When every shard
 had buffer records waiting, all of them ingested at once: a step's 1,000 records took each
 thread 8 times as long with 8 shards (279 ms at p50 against 74 with 2), and a shard's due
-schedules waited for the end of that step (BENCHMARKS.md, 2026-11-26). With turns, the shard
+schedules waited for the end of that step. With turns, the shard
 holding the turn ingests at the speed of one thread while the others only dispatch what comes
 due and commit, which takes them little CPU.
 

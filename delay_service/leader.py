@@ -237,8 +237,7 @@ class DelayLeader:
         """Ingest up to INGEST_BATCH records, read INGEST_CHUNK at a time, each chunk dropped
         once it is handled; less once the step carries a delivery: the rest of the buffer waits for
         the next step once that delivery has waited `ingest_behind_delivery_ms` (20 ms halved the
-        read_committed lateness under 5k due/s + 15k/s of ingest, without slowing that ingest:
-        BENCHMARKS.md, 2026-11-27 12:00)."""
+        read_committed lateness under 5k due/s + 15k/s of ingest, without slowing that ingest)."""
         ingested = 0
         while chunk:
             ingested += len(chunk)

@@ -74,7 +74,7 @@ class ScheduleFollower:
             if at_head and not maybe_known and not any(r.state is State.CANCELLED for r in records):
                 # Each a new id's schedule or a pending id's delivery (`_states_before`), so
                 # nothing to look up: 0.80x the CPU per delivered record applied, 0.87x per
-                # scheduled one (BENCHMARKS.md, 2026-11-29 20:39).
+                # scheduled one.
                 self.index.stage_followed(batch, shard, records, encoded)
                 continue
             found = self._states_before(shard, records, maybe_known)
@@ -90,9 +90,9 @@ class ScheduleFollower:
         record's due time, so the id's due entry tells it: there, the id is pending at that time
         (a stand-in says just that); absent, the index has nothing of the id (compaction took the
         `scheduled` record before this index read it), or has it settled already. A due key has
-        no payload to read and decode: a standby's work per delivered record fell to 0.71-0.84x
-        (BENCHMARKS.md, 2026-11-27 23:46). A cancel may follow an earlier cancel of its id (one
-        that came ahead of the schedule), so its id is read whole, as are `maybe_known` ones.
+        no payload to read and decode: a standby's work per delivered record fell to 0.71-0.84x.
+        A cancel may follow an earlier cancel of its id (one that came ahead of the schedule), so
+        its id is read whole, as are `maybe_known` ones.
 
         Once the reading has reached the topic's end (`at_head`), a delivered id is taken as
         pending without the read (a poll with no cancel and no `maybe_known` id skips this
@@ -101,8 +101,7 @@ class ScheduleFollower:
         only for a later one of its id in a closed segment (1 GiB, or 7 days, by default), not
         for one written since the reading caught up. Were it to happen anyway, the due entry's
         delete is blind and harmless, and only the pending count (a metric) is off by one. The
-        due keys' reads were a fifth of a standby's thread in a burst (py-spy, BENCHMARKS.md
-        2026-11-27 23:46).
+        due keys' reads were a fifth of a standby's thread in a burst (py-spy).
         """
         found: dict[str, Schedule | None] = {}
         by_due_key: list[Schedule] = []

@@ -71,7 +71,7 @@ class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, rename=_STORED_
 
     Not tracked by the garbage collector (`gc=False`; its fields are atoms and tuples of atoms,
     so it can be part of no reference cycle): a burst drain holds some 16k of them in its steps,
-    and every collection walked them all (BENCHMARKS.md, 2026-11-25 02:38).
+    and every collection walked them all.
     """
 
     schedule_id: str = ""  # the record's key, never part of the stored value

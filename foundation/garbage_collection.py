@@ -2,7 +2,7 @@
 
 A worker imports FastAPI, pydantic and confluent-kafka and builds its app before it serves: some
 79k GC-tracked objects that live as long as the process. Every full collection walked all of them
-(65-75 ms each on this project's 2-core machine, BENCHMARKS.md 2026-11-25 02:38), in whichever
+(65-75 ms each on this project's 2-core machine), in whichever
 thread happened to allocate, a shard leader's included. `freeze_startup_objects` moves them to
 the permanent generation that collections skip, so a collection walks only what the worker made
 since.

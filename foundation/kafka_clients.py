@@ -60,7 +60,7 @@ PREFETCH_KBYTES = 8_192
 # How long the broker may hold a fetch of the leaders' consumers that finds nothing. A record
 # that arrives answers a held fetch at once (produce -> consume latency measured the same at 10,
 # 100 and 500 ms), so this bounds only the idle polling: one read_committed consumer cost the
-# broker 0.33 cores at 5 ms, 0.22 at 10 and 0.045 at 500 (BENCHMARKS.md).
+# broker 0.33 cores at 5 ms, 0.22 at 10 and 0.045 at 500.
 HELD_FETCH_MS = 100
 
 

@@ -2,8 +2,8 @@
 
 After a large ingest a worker's RSS stayed near 440 MB while it held 1M pending schedules: most
 of it was memory librdkafka, RocksDB and Python had already freed, kept by glibc's allocator in
-its arenas for reuse. `malloc_trim(0)` returns those pages to the system: in the measurement of
-2026-11-24 (BENCHMARKS.md) it took the sidecar from 437 to 248 MB. Other C libraries (musl) give
+its arenas for reuse. `malloc_trim(0)` returns those pages to the system: measured, it took the
+sidecar from 437 to 248 MB. Other C libraries (musl) give
 freed memory back by themselves and have no such call: there this job does nothing.
 """
 

@@ -51,8 +51,7 @@ SHARD_SCHEDULES_KEPT = Gauge(
     multiprocess_mode="livesum",
 )
 # What a hot standby costs its worker, in the worker's own terms: with two workers, the standby's
-# apply of the other's deliveries was the burst's main rise in CPU per record (BENCHMARKS.md,
-# 2026-11-29 13:52).
+# apply of the other's deliveries was the burst's main rise in CPU per record.
 STANDBY_CPU = Counter(
     "kpd_standby_cpu_seconds",
     "CPU time the standby's thread spent following the shards led elsewhere (its steps)",
@@ -83,7 +82,7 @@ CLOCK_OFFSET = Gauge(
 # Where a leader step's transaction waits on the broker, by role (delay, pop) and phase: `write`
 # until the broker took the step's records (AddPartitionsToTxn, then Produce), `offsets` for
 # sending consumer offsets into it (AddOffsetsToTxn, TxnOffsetCommit), `commit` for EndTxn.
-# A pop or an ack is answered only after all three (BENCHMARKS.md, 2026-11-27 05:15).
+# A pop or an ack is answered only after all three.
 TRANSACTION_SECONDS = Histogram(
     "kpd_transaction_seconds",
     "Time a leader step's transaction waited on the broker, by role and phase (write, offsets, "
@@ -97,7 +96,7 @@ def observe_all(histogram: Histogram, amounts: Sequence[float]) -> None:
     """`histogram.observe(a)` for each of `amounts`, with one update of the sum and of each bucket
     touched. In multiprocess mode every update takes the process's metrics lock and writes a
     memory-mapped file: an observe cost 2.6 us against 1.2 in one process, and a delay step
-    delivers thousands of records (BENCHMARKS.md, 2026-11-28 14:55). prometheus_client has no
+    delivers thousands of records. prometheus_client has no
     public call for many observations; this uses the `_sum`, `_buckets` and `_upper_bounds` its
     `observe` uses (tests/unit/test_observe_all.py holds it to `observe`'s results)."""
     if not amounts:

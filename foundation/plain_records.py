@@ -2,13 +2,12 @@
 librdkafka a batch at a time.
 
 In the delay worker, beside its other work, a `produce()` call cost about 6 us of CPU per record;
-one `produce_batch()` call of a few hundred records costs under 1 us a record (BENCHMARKS.md,
-2026-11-27 08:18). Records are batched by topic and partition: librdkafka ignores a partition
-given per record in a batch (it is the batch's, or its partitioner's for every record). Records
-added with the same `partition` keep their order: librdkafka queues a batch in order, and when
-its queue is full it refuses the batch's tail from the first record that did not fit, never one
-record in the middle (`test_plain_records.py` checks both), so that tail is offered again once
-some records went out.
+one `produce_batch()` call of a few hundred records costs under 1 us a record. Records are batched
+by topic and partition: librdkafka ignores a partition given per record in a batch (it is the
+batch's, or its partitioner's for every record). Records added with the same `partition` keep their
+order: librdkafka queues a batch in order, and when its queue is full it refuses the batch's tail
+from the first record that did not fit, never one record in the middle (`test_plain_records.py`
+checks both), so that tail is offered again once some records went out.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ back (a pop answered once its lease commits, a delivery visible once its step co
 on a share of its transactions: begin -> produce -> commit cycles took p50 4 / p99 27 ms on this
 machine, and with consumer offsets p50 8 / p99 26-28 ms. With two transactional ids in turn each
 transaction begins on the id whose last commit is a whole transaction old: p99 6-12 ms, and p50
-4 ms with offsets (BENCHMARKS.md, 2026-11-26 23:30).
+4 ms with offsets.
 
 Fencing stays per shard and role: a new owner's `init_transactions` fences every id of the role
 before its first write, and an old owner fails on whichever id it uses next. Consumer offsets

@@ -7,8 +7,7 @@ claims folder) and drops the claim once it has let the store go. A standby keeps
 another live worker of the sidecar claims: it lets go of such a store at its worker's next
 reconcile, and does not take it back while the role runs. Before claims, a standby let go only
 once its view of the group showed the move, which an early takeover comes before by the group's
-session: SIGKILL of a sidecar of two workers took 5.2-8.8 s to deliver again in 4 of 10 kills
-(BENCHMARKS.md, 2026-11-30 06:21).
+session: SIGKILL of a sidecar of two workers took 5.2-8.8 s to deliver again in 4 of 10 kills.
 """
 
 from __future__ import annotations

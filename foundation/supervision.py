@@ -83,8 +83,8 @@ class LoopHealth:
         """Around each `init_transactions` of the loop's role, which fences whoever used its
         transactional id before. A role asked to stop or released (its shard is another
         member's now) must not begin one: it would fence the shard's next owner, whose roles
-        then fail at their first commit and restart (a pop role stopped while starting did so,
-        BENCHMARKS.md, 2026-11-28 21:40). One already sent cannot be called back: `in_fence`
+        then fail at their first commit and restart (a pop role stopped while starting did so).
+        One already sent cannot be called back: `in_fence`
         shows it, and the group's revoke waits it out (`Conductor.await_released`). Marked
         before the check, so a waiter that sees neither the mark nor the call has missed none."""
         self.in_fence = True
@@ -193,7 +193,7 @@ class Supervisor:
         released too, and learns it at once: one that has fenced the shard's previous writer
         already finishes its start and delivers until fenced in turn; stopped instead, it left
         the shard with no writer until the group gave it back and another start fenced it
-        (1.4 s in one CI run; BENCHMARKS.md, 2026-11-27 23:46)."""
+        (1.4 s in one CI run)."""
         role = self._starting
         if not isinstance(role, HandsOver):
             return False

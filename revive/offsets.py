@@ -8,7 +8,7 @@ A group's offsets are sent at most once per `SEND_EVERY_S`, with the first step 
 after that long since a step first touched the group (an idle step, if need be). Sending them
 costs two more broker round trips (AddOffsetsToTxn, TxnOffsetCommit) and the broker a
 transaction marker on `__consumer_offsets`: done on every ack step, that was 2 ms of an ack's
-9 ms at p50 (BENCHMARKS.md, 2026-11-27 05:15). A committed offset that lags only ever points
+9 ms at p50. A committed offset that lags only ever points
 below the true watermark, which is safe: what a step settles is durable in its own state
 records, and the replay floor follows the offsets as sent (`committed`), not as settled.
 

@@ -66,7 +66,7 @@ def _unpack(data: bytes) -> tuple[int, list[object]]:
 def _check(fields: list[object], shapes: frozenset[tuple[type, ...]], what: str) -> None:
     """The fields' exact types must be one of `shapes`: msgpack decodes to exact types, so a
     bool (an int subclass) never reads as offset 1. One pass in C: a hot standby checks every
-    ack record of its shards (BENCHMARKS.md, 2026-11-28 14:55)."""
+    ack record of its shards."""
     if tuple(map(type, fields)) not in shapes:
         raise InvalidStateRecord(f"malformed {what} record: {fields!r}")
 

@@ -6,7 +6,7 @@ group's offsets, or the replay floor could never pass their checkpoints. Making 
 fetcher costs round trips to the broker: its retry and dead-letter topics checked, a new
 consumer's first metadata, the group's committed offsets. That is about 0.1 s per group. Done
 one group per step in the service thread, a takeover of 100 groups served its last group 11 s
-after the kill (BENCHMARKS.md, 2026-11-25 16:56). Here a few threads make them at once, and the
+after the kill. Here a few threads make them at once, and the
 service thread installs each one when it is ready. From then on only the service thread
 touches that fetcher.
 """

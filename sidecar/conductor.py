@@ -78,7 +78,7 @@ class Conductor:
         # Roles asked to stop, by shard, with when they were asked, until they end. A revoked
         # pop role stuck in a bounded Kafka call (`send_offsets_to_transaction`, 10 s) held up
         # the start of every shard newly given here while the conductor waited for it
-        # (BENCHMARKS.md, 2026-11-26 20:17); now only its own shard waits, if it comes back.
+        # ; now only its own shard waits, if it comes back.
         self._stopping: dict[int, list[tuple[Supervisor, float]]] = {}
         self._reconciles = 0  # how many reconciles have ended (`await_released` counts them)
 

@@ -9,14 +9,14 @@ coordinator then returns (librdkafka issue #4605, open). The sidecars of
 `tests/integration/test_outages.py` crashed that way on about half of the broker restarts (a
 sidecar that crashes in native code now fails its test: `tests/conftest.py`). An ad hoc probe,
 with requests timing out in 10 s outages, crashed too when the admin client was renewed after
-each failure or made anew for each request (BENCHMARKS.md, 2026-11-26 17:03). So a request gets
+each failure or made anew for each request. So a request gets
 a timeout librdkafka never reaches, and this side waits for answers a bounded time per round.
 
 Such a request can also stay pending after Kafka is back, and so can later ones on the same
 client: librdkafka's debug log showed them waiting in its coordinator lookup with the broker up
 (its pull request #3847, open, describes such requests). One request at a time left a sidecar
 routing by a view 2 minutes old after a broker restart, answering `no_leader` for a shard another
-sidecar led (CI, stop 29; BENCHMARKS.md, 2026-11-26 20:17). So a request pending `REASK_AFTER_S`
+sidecar led (a CI run). So a request pending `REASK_AFTER_S`
 is asked again beside it on a fresh admin client, with up to `MAX_CLIENTS` clients holding a
 request (a client is let go only once none of its requests is pending), and the newest answer
 counts. A view older than `STALE_AFTER_S` makes the worker unready; one unready that way while a

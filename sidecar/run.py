@@ -48,7 +48,7 @@ def run_worker(settings: Settings, index: int, listen_fd: int) -> int:
     # Python's default GC thresholds: what a worker holds for long (wheel entries, window
     # schedules, fetched and handed-out pop records) is untracked by the collector, and the
     # objects the worker built at startup are frozen out of it, so collections stay short
-    # (BENCHMARKS.md, 2026-11-25 19:49).
+    # .
     freeze_startup_objects()
     # uvicorn installs the SIGTERM/SIGINT handlers: it stops accepting, drains requests, then
     # runs the app's lifespan shutdown, which stops the sidecar's threads in order.

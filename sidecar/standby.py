@@ -85,8 +85,8 @@ class Standby:
     def _forget_released(self) -> None:
         """Housekeeping that may skip a round: a failed look at the replay floors (the group
         coordinator moving while the broker restarts, Kafka away) waits for the next one. It
-        restarted the whole standby 11 times in 10 broker restarts (BENCHMARKS.md, 2026-11-26
-        17:03), each time reading the followed partitions again."""
+        restarted the whole standby 11 times in 10 broker restarts, each time reading the
+        followed partitions again."""
         try:
             STANDBY_CHECKPOINTS.set(self._pops.forget_released(self._reader))
         except KafkaException as error:

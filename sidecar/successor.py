@@ -16,7 +16,7 @@ they deliver until the shards' new owner fences them, `sidecar.conductor`).
 Taking over a live member is not free: each of its roles is fenced and restarts, then fences the
 taker in turn. With each worker capped at a quarter of a core, a worker busy with a burst missed
 its probes for a second every few seconds; its successor took its shards, gave them back, took
-them again, and the burst drained at 0.67x one worker's rate (BENCHMARKS.md, 2026-11-27 20:52).
+them again, and the burst drained at 0.67x one worker's rate.
 So refused connections, which say that nothing listens (killed, crashed, restarting), count at
 once, while mere silence (paused, cut off, or starved of CPU) must last longer, and longer again
 each time the member turned out to be alive.

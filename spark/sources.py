@@ -19,7 +19,7 @@ class Log(NamedTuple):
 
     Kafka and JSON text are costly to read and parse more than once. Typed Parquet is not: a
     pass reads only the columns it needs, which took less time than building the cache (10M
-    records: 41 s against 47 s for the whole audit, BENCHMARKS.md).
+    records: 41 s against 47 s for the whole audit).
     """
 
     records: DataFrame

@@ -32,8 +32,7 @@ from devtools.local_kafka import LocalKafka
 pytestmark = pytest.mark.timeout(600)  # brokers stop and start several times per test
 SESSION_TIMEOUT_MS = "2000"
 READY_AFTER_BROKER_S = 30  # every sidecar ready again within this of the broker's return
-# Broker stop/start cycles per run: 2 in `make test`; KPD_TEST_OUTAGE_CYCLES=10 for the measurement
-# recorded in BENCHMARKS.md.
+# Broker stop/start cycles per run: 2 in `make test`; KPD_TEST_OUTAGE_CYCLES=10 to measure.
 OUTAGE_CYCLES = int(os.environ.get("KPD_TEST_OUTAGE_CYCLES", "2"))
 
 
