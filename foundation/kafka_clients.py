@@ -39,6 +39,11 @@ def base_config(settings: Settings) -> dict[str, Any]:
         # After a broker outage a client that keeps failing on metadata re-resolves the bootstrap
         # list; librdkafka waits 5 minutes by default, which left sidecars unready that long.
         "metadata.recovery.rebootstrap.trigger.ms": REBOOTSTRAP_AFTER_MS,
+        # kpd creates topics only with CreateTopics. librdkafka's producers (and so
+        # confluent-kafka's admin clients) otherwise ask a broker with auto.create.topics.enable,
+        # Kafka's default, to create any topic they look up or write: a name a client merely
+        # gave, or a target deleted since its schedule was accepted.
+        "allow.auto.create.topics": False,
     }
 
 
@@ -65,10 +70,7 @@ HELD_FETCH_MS = 100
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    """An admin client whose metadata requests never create a topic: confluent-kafka makes it
-    of a producer, which by default asks a broker with `auto.create.topics.enable` (Kafka's
-    default) to create any topic it asks about."""
-    return AdminClient({**base_config(settings), "allow.auto.create.topics": False})
+    return AdminClient(base_config(settings))
 
 
 def transactional_producer(producer_config: dict[str, Any], transactional_id: str) -> Producer:
