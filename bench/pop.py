@@ -7,7 +7,8 @@ One run, one broker, one `kpd run` process (real Kafka, real HTTP), one pre-prod
 `--records` records (100-byte value, 16-byte key, 3 partitions), printing:
   1. raw confluent-kafka consume throughput of that topic (one consumer, the physical reference);
   2. kpd pop+ack throughput over HTTP with batches of 1, 10, 100 and 1000: `--procs` client
-     processes, each a pop -> ack loop with httpx, one fresh pop group per batch size (so every
+     processes running `--clients` concurrent clients between them (one each by default), each
+     a pop -> ack loop with httpx, one fresh pop group per batch size (so every
      batch size starts from the whole backlog); msgs/s acked, the client-side pop / ack round
      trips under that load, and the CPU split (below);
   3. pop latency p50/p99 with messages waiting: one client, sequential pops of 1 and 10 (each
@@ -112,10 +113,14 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
             warm_text = f"kpd pop+ack at batch 10, not counted: {warm.text()}"
         print(f"broker warm-up: {warm_text}", flush=True)
         for batch in BATCHES:
-            r = kpd_throughput(ctx, sidecar, topic, batch, args.procs, args.records, args.phase_s)
+            r = kpd_throughput(
+                ctx, sidecar, topic, batch, args.procs, args.records, args.phase_s,
+                clients=max(args.clients // args.procs, 1),
+            )  # fmt: skip
             kpd[batch] = r
             print(
-                f"2. kpd pop+ack batch {batch:>4}: {r['acked']:,} acked in {r['seconds']:.1f} s "
+                f"2. kpd pop+ack batch {batch:>4}, {clients_text(args)}: "
+                f"{r['acked']:,} acked in {r['seconds']:.1f} s "
                 f"= {r['rate']:,.0f} msgs/s; sidecar CPU {r['sidecar_cpu']:.0%} of one core; "
                 f"pop p50/p99 {r['pop_p50']:.1f}/{r['pop_p99']:.1f} ms, "
                 f"ack p50/p99 {r['ack_p50']:.1f}/{r['ack_p99']:.1f} ms under load; "
@@ -216,7 +221,7 @@ def print_table(
     print(f"| raw confluent-kafka consume, 1 consumer | {raw_rate:,.0f} msgs/s |")
     for batch, r in kpd.items():
         print(
-            f"| kpd pop+ack, batch {batch}, {args.procs} procs | {r['rate']:,.0f} msgs/s "
+            f"| kpd pop+ack, batch {batch}, {clients_text(args)} | {r['rate']:,.0f} msgs/s "
             f"(pop p50/p99 {r['pop_p50']:.1f}/{r['pop_p99']:.1f} ms under load; "
             f"CPU {cpu_text(r['cpu_per_1k'])}) |"
         )
@@ -263,10 +268,21 @@ def print_table(
     print(f"load average start {load_start}, end {load_end}; cpus {os.cpu_count()}")
 
 
+def clients_text(args: argparse.Namespace) -> str:
+    per_proc = max(args.clients // args.procs, 1)
+    if per_proc == 1:
+        return f"{args.procs} procs"
+    return f"{per_proc * args.procs} clients in {args.procs} procs"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--procs", type=int, default=4, help="client processes per phase")
+    parser.add_argument(
+        "--clients", type=int, default=0,
+        help="concurrent pop+ack clients over the processes of phase 2 (default: one each)",
+    )  # fmt: skip
     parser.add_argument("--phase-s", type=float, default=30, help="time bound of each phase")
     parser.add_argument("--latency-pops", type=int, default=500)
     parser.add_argument("--p2p-samples", type=int, default=200)

@@ -45,52 +45,60 @@ def pop_ack_worker(
     stop_at: float,
     target: int,
     acked_total: Any,
+    clients: int,
     out: Any,
 ) -> None:
-    """One client: pop -> ack until the group's target is reached, the backlog ends or time."""
-    acked = not_acked = empties = 0
-    pop_ms: list[float] = []
-    ack_ms: list[float] = []
-    first = last = 0.0
-    error = None
-    with httpx.Client(base_url=url, timeout=60) as http:
-        while time.time() < start_at:
-            time.sleep(0.001)
-        first, cpu0 = time.time(), time.process_time()
-        cpu_last = cpu0
-        try:
-            while time.time() < stop_at and acked_total.value < target and empties < 3:
-                t0 = time.perf_counter()
-                got = pop(http, group, topic, batch, wait_ms=0 if empties == 0 else 500)
-                t1 = time.perf_counter()
-                if not got:
-                    empties += 1
-                    continue
-                empties = 0
-                results = ack(http, group, [m["receipt"] for m in got])
-                t2 = time.perf_counter()
-                pop_ms.append((t1 - t0) * 1000)
-                ack_ms.append((t2 - t1) * 1000)
-                ok = sum(1 for r in results if r["status"] == "acked")
-                acked += ok
-                not_acked += len(results) - ok
-                with acked_total.get_lock():
-                    acked_total.value += ok
-                last, cpu_last = time.time(), time.process_time()
-        except Exception as exc:  # reported, never hidden
-            error = repr(exc)
-    out.put(
-        {
-            "acked": acked,
-            "not_acked": not_acked,
-            "first": first,
-            "last": last,
-            "pop_ms": pop_ms,
-            "ack_ms": ack_ms,
-            "cpu_s": cpu_last - cpu0,  # until its last ack: not the idle tail
-            "error": error,
-        }
-    )
+    """`clients` concurrent clients in this process, each popping and acking until the group's
+    target is reached, the backlog ends or time; their figures together."""
+    found: dict[str, Any] = {"acked": 0, "not_acked": 0, "pop_ms": [], "ack_ms": [], "last": 0.0}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        acked = not_acked = empties = 0
+        pop_ms: list[float] = []
+        ack_ms: list[float] = []
+        last = 0.0
+        with httpx.Client(base_url=url, timeout=60) as http:
+            try:
+                while time.time() < stop_at and acked_total.value < target and empties < 3:
+                    t0 = time.perf_counter()
+                    got = pop(http, group, topic, batch, wait_ms=0 if empties == 0 else 500)
+                    t1 = time.perf_counter()
+                    if not got:
+                        empties += 1
+                        continue
+                    empties = 0
+                    results = ack(http, group, [m["receipt"] for m in got])
+                    t2 = time.perf_counter()
+                    pop_ms.append((t1 - t0) * 1000)
+                    ack_ms.append((t2 - t1) * 1000)
+                    ok = sum(1 for r in results if r["status"] == "acked")
+                    acked += ok
+                    not_acked += len(results) - ok
+                    with acked_total.get_lock():
+                        acked_total.value += ok
+                    last = time.time()
+            except Exception as exc:  # reported, never hidden
+                errors.append(repr(exc))
+        with lock:
+            found["acked"] += acked
+            found["not_acked"] += not_acked
+            found["pop_ms"] += pop_ms
+            found["ack_ms"] += ack_ms
+            found["last"] = max(found["last"], last)
+
+    while time.time() < start_at:
+        time.sleep(0.001)
+    first, cpu0 = time.time(), time.process_time()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Until the last ack: not the idle tail (the clients end within one empty pop of it).
+    out.put({**found, "first": first, "cpu_s": time.process_time() - cpu0,
+             "error": "; ".join(errors) or None})  # fmt: skip
 
 
 def kpd_throughput(
@@ -101,6 +109,7 @@ def kpd_throughput(
     procs: int,
     target: int,
     limit_s: float,
+    clients: int = 1,  # per process
 ) -> dict[str, Any]:
     group = f"bench-pop-b{batch}-{uuid.uuid4().hex[:6]}"
     sidecar.warm(group, topic)
@@ -110,7 +119,7 @@ def kpd_throughput(
     meter: list[CpuMeter] = []
 
     def args_for(_: int) -> tuple:
-        return (sidecar.url, group, topic, batch, start_at, stop_at, target - 1, counter)
+        return (sidecar.url, group, topic, batch, start_at, stop_at, target - 1, counter, clients)
 
     def sample_cpu() -> None:
         while time.time() < start_at:
