@@ -16,6 +16,7 @@ RUN pip install --no-cache-dir /wheels/*.whl
 COPY pyproject.toml README.md ./
 COPY foundation foundation
 COPY sidecar sidecar
+COPY kpd_cli kpd_cli
 COPY kpd_client kpd_client
 COPY devtools devtools
 COPY delay_service delay_service

@@ -66,7 +66,7 @@ class SidecarProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sidecar.cli", "run"],
+                [sys.executable, "-m", "kpd_cli", "run"],
                 env=spawn_env(self.env),
                 stdout=log,
                 stderr=subprocess.STDOUT,

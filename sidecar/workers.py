@@ -121,7 +121,7 @@ class WorkerSupervisor:
         assert self._listener is not None
         fd = self._listener.fileno()
         worker.process = subprocess.Popen(
-            [sys.executable, "-m", "sidecar.cli", "worker", str(worker.index), str(fd)],
+            [sys.executable, "-m", "sidecar", "worker", str(worker.index), str(fd)],
             pass_fds=(fd,),
         )
         worker.started = time.monotonic()

@@ -31,7 +31,7 @@ def kpd(
     """Run `kpd ARGS` with no KPD_* variable of ours, plus `env`."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KPD_")}
     done = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", *args],
+        [sys.executable, "-m", "kpd_cli", *args],
         input=stdin.encode() if isinstance(stdin, str) else stdin,
         capture_output=True,
         env={**clean, **(env or {})},

@@ -20,7 +20,7 @@ from devtools.local_kafka import LocalKafka, LocalKafkaError
 
 def kpd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", *args],
+        [sys.executable, "-m", "kpd_cli", *args],
         capture_output=True,
         text=True,
         timeout=180,

@@ -13,7 +13,7 @@ import pytest
 from audit_synthlog import build_log, produce_log
 from kafka_helpers import unique
 
-from sidecar.cli import main as kpd
+from kpd_cli.main import main as kpd
 
 pytestmark = pytest.mark.spark
 

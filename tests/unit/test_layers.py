@@ -1,7 +1,8 @@
 """Lower layers never import higher ones (README: layout).
 
 foundation <- delay_service, revive <- api <- sidecar (the composition root). The SDK imports
-nothing of the server, and the server never imports the developer tooling.
+nothing of the server, and the server never imports the developer tooling, the audit or the
+SDK: only the `kpd` command (kpd_cli) brings them together.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ KPD_PACKAGES = {
     "revive",
     "api",
     "sidecar",
+    "kpd_cli",
     "kpd_client",
     "devtools",
     "spark",
@@ -28,7 +30,8 @@ ALLOWED = {
     "delay_service": {"foundation"},
     "revive": {"foundation"},
     "api": {"foundation", "delay_service", "revive"},
-    "sidecar": {"foundation", "delay_service", "revive", "api", "devtools", "kpd_client", "spark"},
+    "sidecar": {"foundation", "delay_service", "revive", "api"},
+    "kpd_cli": {"foundation", "sidecar", "kpd_client", "devtools", "spark"},
     "kpd_client": set(),
     "devtools": {"foundation"},
     "spark": {"foundation"},

@@ -96,10 +96,6 @@ def main(argv: list[str] | None = None) -> int:
         from spark.audit import main as audit_main  # pyspark is heavy: import only when asked
 
         return audit_main(args_list[1:])
-    if args_list[:1] == ["worker"]:  # started by `kpd run` (sidecar.workers), not by users
-        from sidecar.run import run_worker
-
-        return run_worker(load_settings(), int(args_list[1]), int(args_list[2]))
     args = _parser().parse_args(args_list)
     if "verb" in args:
         return run_verb(args, configured_url)
@@ -114,7 +110,3 @@ def main(argv: list[str] | None = None) -> int:
     except (SettingsError, LocalKafkaError, MavenError) as error:
         print(f"kpd: {error}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from kpd_cli.main import main
+
+sys.exit(main())
