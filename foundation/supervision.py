@@ -157,6 +157,9 @@ class HandsOver(Protocol):
         """From now on, find out soon that the new owner fenced this role, even while idle."""
 
 
+NO_FAILURE = "none"  # the reason label of the series every supervised loop starts with
+
+
 def failure_reason(error: BaseException) -> str:
     """A short, bounded label for the metric: the Kafka error name, else the exception type."""
     if isinstance(error, KafkaException) and error.args:
@@ -178,6 +181,9 @@ class Supervisor:
     ) -> None:
         self.health = health
         self._make, self._on_change = make, on_change
+        # A series at 0 from the start: a dashboard shows no restarts as 0, not "No data", and
+        # with several workers (multiprocess mode) a family is exported only once it has one.
+        LEADER_RESTARTS.labels(health.role, str(health.shard), NO_FAILURE)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=health.name, daemon=True)
         self.role: Role | None = None  # the running instance, once started
