@@ -74,12 +74,12 @@ def ensure_topics(
             # Another sidecar may have created it a moment ago.
             if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-    _await_leaders(admin, created, timeout_s)
+    await_leaders(admin, created, timeout_s)
     log.info("topics created", topics=sorted(created))
     return created
 
 
-def _await_leaders(admin: AdminClient, topics: list[str], timeout_s: float) -> None:
+def await_leaders(admin: AdminClient, topics: list[str], timeout_s: float) -> None:
     """A topic just created answers "not leader" until its partitions have leaders: wait."""
     deadline = time.monotonic() + timeout_s
     while topics and time.monotonic() < deadline:

@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from devtools.local_kafka import DEFAULT_DIR, DEFAULT_PORT, LocalKafka, LocalKafkaError
 from foundation.config import Settings, SettingsError, load_settings
 from foundation.maven import MavenError
+from kpd_cli.kafka_verbs import add_kafka_verbs, groups_list_parser, run_kafka_verb
 from kpd_client.cli import UsageError, add_verbs, run_verb
 
 
@@ -69,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "audit", help="Spark delivery audit (see `kpd audit --help`)", add_help=False
     )
+    add_kafka_verbs(commands)
     add_verbs(commands)
     return parser
 
@@ -96,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         from spark.audit import main as audit_main  # pyspark is heavy: import only when asked
 
         return audit_main(args_list[1:])
+    if args_list[:2] == ["groups", "list"]:  # a group named "list": `kpd groups --json list`
+        return run_kafka_verb(groups_list_parser().parse_args(args_list[2:]))
     args = _parser().parse_args(args_list)
+    if "kafka_verb" in args:
+        return run_kafka_verb(args)
     if "verb" in args:
         return run_verb(args, configured_url)
     try:
