@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 HTTP_PORT ?= 8080
 RUN_DIR := .kpd
 
-.PHONY: install up down test lint bench compat clean
+.PHONY: install browser up down test lint bench compat clean
 
 NATIVE := native/Cargo.toml native/Cargo.lock native/pyproject.toml native/kpd_core.pyi $(wildcard native/src/*.rs)
 
@@ -58,7 +58,15 @@ lint: install
 	cargo fmt --manifest-path native/Cargo.toml --check
 	cargo clippy --manifest-path native/Cargo.toml --release --all-targets --locked -- -D warnings
 
-test: lint
+# The API docs test opens /docs in a real browser: Debian's chromium, headless.
+browser:
+	@command -v chromium >/dev/null || { \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+		|| { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
+		|| { echo "kpd: the API docs test needs chromium (apt-get install chromium)"; exit 1; }; }
+
+test: lint browser
 	cargo test --manifest-path native/Cargo.toml --release --locked
 	$(PY) -m pytest
 

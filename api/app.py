@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp
 
 from api import health, messages, pop, schedules
-from api.auth import BearerAuth
+from api.auth import DOCS_ASSETS, BearerAuth
 from api.body_limit import BodyLimit
 from api.hot_routes import HotRoutes
 from api.node import Node
@@ -37,7 +38,8 @@ def create_app(node: Node) -> ASGIApp:
             node.stop()
 
     settings = node.settings
-    app = FastAPI(title="kpd", version="1", lifespan=lifespan)
+    # /docs and /redoc load their scripts from the sidecar (`DOCS_ASSETS`), not from a CDN.
+    app = FastAPIOffline(title="kpd", version="1", lifespan=lifespan, static_url=DOCS_ASSETS)
     app.state.node = node
     app.state.pop_router = router = PopRouter(node)
     install_problem_handlers(app)

@@ -15,8 +15,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.problems import problem_response
 
+# Where /docs and /redoc load Swagger UI's and ReDoc's files from (fastapi-offline's copies).
+DOCS_ASSETS = "/docs-assets"
+DOCS_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png")
 OPEN_PATHS = frozenset(
     {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+    | {f"{DOCS_ASSETS}/{name}" for name in DOCS_FILES}
 )
 
 
