@@ -32,7 +32,6 @@ from api.problems import leadership_moving
 from api.shard_answers import ANSWER_TIMEOUT_S, LATE_ASKS_S, busy, shard_answer
 from api.topic_lookups import partition_count
 from revive import metrics
-from revive.requests import PopRequest
 from revive.service import PopService
 
 WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
@@ -97,11 +96,9 @@ class PopRouter:
         # together (each has its own thread), so they wait out one bound, not one each.
         asked = await asyncio.gather(
             *(
-                shard_answer(
-                    service.inbox.submit(PopRequest(group, topic, 0, 1000)), ANSWER_TIMEOUT_S
-                )
+                shard_answer(service.start_reading(group, topic), ANSWER_TIMEOUT_S)
                 for service in services
-                if not service.fetchers.knows(group, topic)
+                if not service.reads(group, topic)
             ),
             return_exceptions=True,
         )
@@ -111,14 +108,14 @@ class PopRouter:
         deadline = time.monotonic() + wait_ms / 1000
         with self._node.availability.waiting(group, topic, every=True) as arrived:
             for service in services:
-                service.inbox.wake()
+                service.wake()
             while True:
-                count = sum(service.fetchers.available(group, topic) for service in services)
+                count = sum(service.available(group, topic) for service in services)
                 if count and self.turns.clients_pop_here(group, topic):
                     # This worker's own clients get the first go at what came: the peer is
                     # told only of what they leave.
                     await asyncio.sleep(LEFT_FOR_CLIENTS_S)
-                    count = sum(service.fetchers.available(group, topic) for service in services)
+                    count = sum(service.available(group, topic) for service in services)
                 left = deadline - time.monotonic()
                 if count or left <= 0:
                     return count
@@ -215,18 +212,15 @@ class PopRouter:
     ) -> list[Message]:
         """What `service` leases, given until `ends` (the round's bound); past it only a shard
         whose lanes show records is asked, within the round's `LATE_ASKS_S`."""
-        fetchers = service.fetchers
-        known = fetchers.knows(group, topic)
-        if known and not fetchers.worth_asking(group, topic):
+        known = service.reads(group, topic)
+        if known and not service.worth_asking(group, topic):
             return []
         left_s = ends - time.monotonic()
         if left_s <= 0:
             left_s += LATE_ASKS_S if known else 0
         if left_s <= 0:
             raise busy()
-        return await shard_answer(
-            service.inbox.submit(PopRequest(group, topic, wanted, invisible_ms)), left_s
-        )
+        return await shard_answer(service.lease(group, topic, wanted, invisible_ms), left_s)
 
     async def _lease_elsewhere(
         self, url: str, group: str, topic: str, wanted: int, invisible_ms: int
@@ -245,7 +239,7 @@ class PopRouter:
         # The arrival watch reads the parked poll's partitions from where each fetcher got to
         # (`revive.arrivals`), so what came since the last look wakes its shard.
         with self._node.availability.waiting(group, topic) as arrived:
-            if any(service.fetchers.worth_asking(group, topic) for service in services):
+            if any(service.worth_asking(group, topic) for service in services):
                 return set(), False  # arrived since the last look
             here = asyncio.ensure_future(arrived.wait())
             watches = {

@@ -70,7 +70,7 @@ def _calls(
         service = node.pop_service(shard)
         if service is not None:
             request = SettleRequest(kind, group, [(t, r, a) for _, t, r, a in shard_items])
-            calls.append((shard_items, shard_answer(service.inbox.submit(request))))
+            calls.append((shard_items, shard_answer(service.settle(request))))
         elif owners.get(shard) == node.url:  # led here: its pop role is (re)starting
             moving = leadership_moving("leader_starting", f"shard {shard}'s pop service starts")
             calls.append((shard_items, _refused(moving)))

@@ -44,19 +44,12 @@ KEEP_S = 5.0
 FAILED_WAIT_S = 1.0
 
 
-class Inbox(Protocol):
-    def arrived(self, seen: Arrivals) -> None: ...
-
-
-class Fetchers(Protocol):
-    def watched(self, awaited: Iterable[Key]) -> list[Watched]: ...
-
-
 class Service(Protocol):
     """A shard's pop service, as the watch sees it."""
 
-    inbox: Inbox
-    fetchers: Fetchers
+    def watched(self, awaited: Iterable[Key]) -> list[Watched]: ...
+
+    def arrived(self, seen: Arrivals) -> None: ...
 
 
 class ArrivalWatch:
@@ -146,7 +139,7 @@ class ArrivalWatch:
             for service, group in wanted.get((topic, partition), ()):
                 seen.setdefault(service, {})[(group, topic, partition)] = message.offset()
         for service, arrivals in seen.items():
-            service.inbox.arrived(arrivals)
+            service.arrived(arrivals)
         metrics.ARRIVAL_WAKES.inc(len(seen))
 
     # -- the assigner ----------------------------------------------------------------------
@@ -163,7 +156,7 @@ class ArrivalWatch:
         awaited = self._awaited()
         if awaited:
             for service in self._services():
-                for topic, partition, group, offset in service.fetchers.watched(awaited):
+                for topic, partition, group, offset in service.watched(awaited):
                     wanted.setdefault((topic, partition), []).append((service, group))
                     start[(topic, partition)] = min(offset, start.get((topic, partition), offset))
         with self._lock:

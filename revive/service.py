@@ -21,8 +21,7 @@ leases granted before a restart are honoured and acked messages never return).
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +37,9 @@ from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache
 from revive import metrics
 from revive.copier import Copier
-from revive.fetcher import GroupFetcher, source_topic
-from revive.group_fetchers import GroupFetchers
+from revive.deleted_topics import DeletedTopics
+from revive.fetcher import GroupFetcher
+from revive.group_fetchers import GroupFetchers, Watched
 from revive.held_records import HeldRecords
 from revive.inbox import Arrivals, Request, RequestInbox
 from revive.lease import Leaser
@@ -50,7 +50,7 @@ from revive.pop_step import PopStep, Unwritten
 from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
-from revive.requests import Look, PopRequest
+from revive.requests import Look, PopRequest, SettleRequest
 from revive.settle import Settler
 from revive.stats import group_stats
 from revive.wake_times import FLOOR_EVERY_S, WakeTimes
@@ -88,7 +88,7 @@ class PopService:
         self._deps, self._settings, self._health = deps, settings, health
         self._timeout_s = settings.kafka_timeout_ms / 1000
         self.state_topic = settings.state_topic("pop-state")
-        self.inbox = RequestInbox()
+        self._inbox = RequestInbox()
         self._producers = ProducersInTurn(
             lambda txn_id: transactional_producer(deps.producer_config, txn_id),
             settings.state_topic(f"pop-leader-{shard}"),
@@ -101,7 +101,6 @@ class PopService:
         )  # fmt: skip
         self._partitions = deps.shards.partitions(shard)
         self._wakes = WakeTimes()
-        self._topics_checked_at = 0.0  # when the fetched topics were last seen to exist
         self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
         self._floors_sent: dict[int, int] = {}
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
@@ -114,22 +113,54 @@ class PopService:
         self._settler = Settler(settings, self.state)
         self._copier = Copier(settings, self.state, self._reader, self._held)
         self._offsets = OffsetCommitter(self.state)
-        self.fetchers = GroupFetchers(
+        self._fetchers = GroupFetchers(
             settings, (deps.client_config, deps.admin), (deps.shards, shard), self.state,
-            self._topic_cache, self.inbox.wake,
+            self._topic_cache, self._inbox.wake,
         )  # fmt: skip
+        self._deleted = DeletedTopics(self._fetchers, self.state, self._unwritten, self._offsets)
         self._offset_sender = OffsetSender(
             self._producers, self._timeout_s, self._topic_cache.exists_now
         )
 
-    # -- called from HTTP handlers (any thread); requests go through `inbox` ------------
+    # -- the face callers use, from any thread; requests go through the inbox ------------
+
+    def lease(self, group: str, topic: str, wanted: int, invisible_ms: int) -> Future[Any]:
+        """Up to `wanted` records of (group, topic) that are here now, leased (waiting for
+        records is the caller's job)."""
+        return self._inbox.submit(PopRequest(group, topic, wanted, invisible_ms))
+
+    def start_reading(self, group: str, topic: str) -> Future[Any]:
+        """Read (group, topic) here from now on: a lease of nothing, as a first pop would."""
+        return self.lease(group, topic, 0, 1_000)  # any valid lease time: none is made
+
+    def settle(self, request: SettleRequest) -> Future[Any]:
+        return self._inbox.submit(request)
+
+    def reads(self, group: str, topic: str) -> bool:
+        """Has (group, topic) been asked for here, so that its lanes are read?"""
+        return self._fetchers.knows(group, topic)
+
+    def available(self, group: str, topic: str) -> int:
+        """Records waiting in the lanes for pops of (group, topic). Called on the event loop."""
+        return self._fetchers.available(group, topic)
+
+    def worth_asking(self, group: str, topic: str) -> bool:
+        return self._fetchers.worth_asking(group, topic)
+
+    def watched(self, awaited: Iterable[tuple[str, str]]) -> list[Watched]:
+        """For the arrival watch: the partitions read here for parked (group, topic)s."""
+        return self._fetchers.watched(awaited)
+
+    def arrived(self, seen: Arrivals) -> None:
+        """The arrival watch saw records for parked polls: fetch until the lanes have them."""
+        self._inbox.arrived(seen)
 
     def stats(self, group: str) -> dict[str, Any]:
         """The group's numbers here, once the lanes hold what was fetched (an idle shard's
         thread sleeps: nothing moves records in meanwhile)."""
         with contextlib.suppress(Exception):  # a shard that does not answer: its lanes as they are
-            self.inbox.submit(Look()).result(timeout=self._timeout_s)
-        return group_stats(self.fetchers.by_group.get(group), self.state, group, self._timeout_s)
+            self._inbox.submit(Look()).result(timeout=self._timeout_s)
+        return group_stats(self._fetchers.by_group.get(group), self.state, group, self._timeout_s)
 
     # -- the service thread ----------------------------------------------------------------
 
@@ -140,7 +171,7 @@ class PopService:
         self._floor.assign(at, [p for p in self._partitions if p not in at])
         read = self._floor.replay_to_end(self.state, self._health.beat)
         self._floor.stop_reading()
-        self.fetchers.resume()
+        self._fetchers.resume()
         log.info(
             "pop service started", shard=self.shard, ledgers=len(self.state.ledgers), read=read,
             hot=self._handover is not None,
@@ -148,13 +179,13 @@ class PopService:
 
     def wake(self) -> None:
         """End the wait between steps (the supervisor's stop)."""
-        self.inbox.wake()
+        self._inbox.wake()
 
     def step(self) -> None:
         """Serve what arrived (waiting for it until the next deadline), revive, commit, answer;
         then commit the group offsets that are due (`revive.offsets`)."""
         with self._health.waiting():
-            requests = self.inbox.drain(self._wait_s())
+            requests = self._inbox.drain(self._wait_s())
         step = PopStep(
             self._producers, self._timeout_s, self._settings.delivery_log_topic,
             self._settings.node_id, self._unwritten,
@@ -177,15 +208,15 @@ class PopService:
 
     def _wait_s(self) -> float | None:
         return self._wakes.wait_s(
-            self._offsets.next_due(), self.inbox.looking(), self._deps.awaited()
+            self._offsets.next_due(), self._inbox.looking(), self._deps.awaited()
         )
 
     def _serve(self, requests: list[tuple[Request, Future[Any]]], step: PopStep) -> set[str]:
         """Serve and commit the step; the groups whose watermark was never committed here."""
-        if self.fetchers.install_resumed():
+        if self._fetchers.install_resumed():
             self._wakes.floors_may_move()
-        self._forget_deleted_topics()
-        self._fetch(*self.inbox.take_arrivals())
+        self._deleted.look()
+        self._fetch(*self._inbox.take_arrivals())
         for request, future in requests:
             if isinstance(request, PopRequest):
                 self._pop(request, future, step)
@@ -194,7 +225,7 @@ class PopService:
             else:
                 step.answers.append((future, self._settler.settle(request, step)))
         self._wakes.expiry_ms = self._settler.expire(step)
-        for fetcher in self.fetchers.by_group.values():
+        for fetcher in self._fetchers.by_group.values():
             self._leaser.dead_letter_untrusted(fetcher, step)
         floors, unsent = self._floors_moved()
         if step.txn.open or floors:
@@ -212,38 +243,14 @@ class PopService:
     def _send_offsets(self, unsent: set[str]) -> None:
         """Commit the moved watermarks of the groups due and of `unsent`, from the state the
         step just made durable; a deleted topic found on the way is dropped."""
-        batch = self._offsets.take(self.fetchers.by_group, also=unsent)
+        batch = self._offsets.take(self._fetchers.by_group, also=unsent)
         committed, deleted = self._offset_sender.send(batch)
         self._wakes.floors_may_move()
         self._offsets.sent(committed)
         if not committed:
             self._offsets.not_sent(batch)
         for group, topics in deleted.items():
-            self._drop_topics(group, topics)
-
-    def _forget_deleted_topics(self) -> None:
-        """Once a second, before anything is revived: a fetched topic deleted meanwhile takes its
-        lanes along. One metadata request per fetched topic (however many groups pop it) and
-        second."""
-        if time.monotonic() - self._topics_checked_at < FLOOR_EVERY_S:
-            return
-        self._topics_checked_at = time.monotonic()
-        for group, gone in self.fetchers.deleted_topics().items():
-            self._drop_topics(group, gone)
-
-    def _drop_topics(self, group: str, gone: set[str]) -> None:
-        """Deleted topics of `group`: their lanes go (leases, buffered records, offsets to
-        commit). Nothing of them can be fetched, settled or committed again, and their offsets
-        would fail the transaction that sent them."""
-        fetcher = self.fetchers.by_group.get(group)
-        if fetcher is None or not (gone := gone & fetcher.topics):
-            return
-        fetcher.remove_topics(gone)
-        dropped = {k for k in self.state.ledgers if k[0] == group and source_topic(k[1]) in gone}
-        self.state.drop(dropped)
-        self._unwritten.forget(dropped)
-        self._offsets.forget(group, gone)
-        log.warning("dropped the lanes of a deleted topic", group=group, topics=sorted(gone))
+            self._deleted.drop(group, topics)
 
     def _floors_moved(self) -> tuple[dict[int, int], set[str]]:
         """The replay floors that moved and the groups with a watermark never committed here, at
@@ -252,16 +259,16 @@ class PopService:
         if not self._wakes.look_at_floors():
             return {}, set()
         floors = self.state.floors(
-            self._partitions, lambda key: self._offsets.committed(self.fetchers.by_group, key)
+            self._partitions, lambda key: self._offsets.committed(self._fetchers.by_group, key)
         )
         moved = {p: o for p, o in floors.items() if self._floors_sent.get(p) != o}
-        return moved, self._offsets.unsent(self.fetchers.by_group)
+        return moved, self._offsets.unsent(self._fetchers.by_group)
 
     def close(self) -> None:
-        for _, future in self.inbox.drain(0):
+        for _, future in self._inbox.drain(0):
             if not future.done():
                 future.set_exception(RuntimeError("this sidecar stopped leading"))
-        self.fetchers.close()
+        self._fetchers.close()
         self._reader.close()
         self._floor.close()
         self._producers.release()
@@ -275,10 +282,10 @@ class PopService:
         for (group, topic, partition), offset in arrivals.items():
             until.setdefault(group, {})[(topic, partition)] = offset
         wait_s = ARRIVAL_WAIT_S if fresh else 0.0
-        for group, fetcher in self.fetchers.by_group.items():
+        for group, fetcher in self._fetchers.by_group.items():
             self._fetch_group(group, fetcher, until.get(group), wait_s)
-        by_group = self.fetchers.by_group
-        self.inbox.still_behind(
+        by_group = self._fetchers.by_group
+        self._inbox.still_behind(
             {
                 (group, topic, partition)
                 for (group, topic, partition), offset in arrivals.items()
@@ -303,9 +310,9 @@ class PopService:
 
     def _pop(self, request: PopRequest, future: Future[Any], step: PopStep) -> None:
         try:  # nothing is leased yet: a failure here concerns this request only
-            if not self.fetchers.knows(request.group, request.topic):  # offsets may be unsent
+            if not self._fetchers.knows(request.group, request.topic):  # offsets may be unsent
                 self._wakes.floors_may_move()
-            fetcher = self.fetchers.for_pop(request.group, request.topic)
+            fetcher = self._fetchers.for_pop(request.group, request.topic)
             self._fetch_group(request.group, fetcher)
         except Exception as error:
             future.set_exception(error)

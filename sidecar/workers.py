@@ -6,7 +6,7 @@ member of the shard group with its own GIL, shards, RocksDB and, when there are 
 port for calls other sidecars forward to it, and a node id `<KPD_NODE_ID>-<index>`. Their metrics
 are served together on any of them (a shared folder: prometheus_client's multiprocess mode). A
 worker that exits is started again, after a backoff if it keeps dying young: that is how a
-worker whose loop stalled for good (it exits on purpose, see `Sidecar._give_up`) or whose Kafka
+worker whose loop stalled for good (it exits on purpose, `Sidecar._exit_for_restart`) or whose Kafka
 clients stayed broken (`sidecar.self_heal`) comes back fresh. SIGTERM or SIGINT stop the workers
 within a bound; a worker still running past it is killed. Workers die with the supervisor
 (PR_SET_PDEATHSIG), so a SIGKILL of `kpd run` is a crash of the whole sidecar, as it should be.

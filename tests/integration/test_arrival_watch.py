@@ -24,7 +24,6 @@ class Service:
 
     def __init__(self, key: Key, partition: tuple[str, int], fetched_to: int = 0) -> None:
         self.key, self.partition, self.fetched_to = key, partition, fetched_to
-        self.fetchers = self.inbox = self  # what the watch asks of a service's parts
         self.seen: list[Arrivals] = []
         self.lock = threading.Lock()
 

@@ -64,3 +64,17 @@ def test_package_imports_only_lower_layers(package: str) -> None:
 def test_every_package_has_a_rule() -> None:
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
     assert packages - {"tests"} == KPD_PACKAGES
+
+
+def test_callers_use_the_pop_service_face_not_its_parts() -> None:
+    """Outside `revive`, a pop service is used through its methods (lease, settle, reads,
+    available, ...), never through its inbox or fetchers."""
+    parts = {"inbox", "_inbox", "fetchers", "_fetchers"}
+    reaching = sorted(
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for package in ("api", "sidecar")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in parts
+    )
+    assert reaching == []

@@ -42,14 +42,12 @@ class Shard:
 
     def service(self) -> PopService:
         service = PopService.__new__(PopService)  # only what the router uses of one
-        service.fetchers = SimpleNamespace(  # type: ignore[assignment]
-            knows=lambda group, topic: self.known,
-            worth_asking=lambda group, topic: True,
-        )
-        service.inbox = SimpleNamespace(submit=self.submit)  # type: ignore[assignment]
+        service.reads = lambda group, topic: self.known  # type: ignore[method-assign]
+        service.worth_asking = lambda group, topic: True  # type: ignore[method-assign]
+        service.lease = self.lease  # type: ignore[method-assign]
         return service
 
-    def submit(self, request: object) -> Future[list[dict[str, Any]]]:
+    def lease(self, *request: object) -> Future[list[dict[str, Any]]]:
         self.asked += 1
         answer: Future[list[dict[str, Any]]] = Future()
         if self.messages is not None:
