@@ -71,7 +71,7 @@ test: lint browser
 	$(PY) -m pytest
 
 # Not part of `make test` (about 6 minutes per release): the integration suite and the client
-# checks against each Kafka release, 3 partitions per topic by default (README: Compatibility).
+# checks against each Kafka release, 3 partitions per topic by default (docs/compatibility.md).
 KAFKA_VERSIONS ?= 3.6.2 3.9.1 4.2.1
 compat: install
 	$(PY) -m devtools.compat --versions $(KAFKA_VERSIONS)

@@ -4,7 +4,7 @@
 
 In `bench/scale.py` kpd's CPU seconds per delivered record rose from 1 to 2 capped workers in
 every run, while on this virtual machine the same Python work costs a CPU-second more or less
-from one minute to the next (BENCHMARKS.md, 2026-11-28 11:50 section). Calls counted do not vary
+from one minute to the next. Calls counted do not vary
 so: if two workers make more calls per record than one, kpd does more work per record; if not,
 the rise is in what each call costs. For each worker count, one `kpd run` on one broker, each
 worker's threads under cProfile (`bench/call_counting/`), the phases of `bench/scale.py`: ingest

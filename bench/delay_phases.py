@@ -173,7 +173,7 @@ def trickle(bootstrap: str, admin: AdminClient, sidecar: Sidecar) -> str:
 
 def rebuild(bootstrap: str, sidecar: Sidecar, restart_s: float) -> str:
     """Start on an empty index: the sidecar reads all of `kpd.schedules` before it delivers, as a
-    member does that takes over shards it did not follow (README, KPD_STANDBY_SCHEDULES). The
+    member does that takes over shards it did not follow (docs/architecture.md). The
     rate counts the records between each partition's start and end offsets (compaction may have
     removed some), over the time beyond a restart's."""
     shutil.rmtree(sidecar.data_dir / "shards")

@@ -4,7 +4,7 @@
     .venv/bin/python bench/standby_apply.py --n 200000 --rounds 5
 
 By default (`KPD_STANDBY_SCHEDULES=all`) every worker applies the schedule records of every shard
-it does not lead (README: Failover), so with w workers each record is applied w - 1 times more:
+it does not lead (docs/architecture.md), so with w workers each record is applied w - 1 times more:
 this cost is what makes kpd's CPU per record rise with workers (BENCHMARKS.md). For each design,
 into a fresh RocksDB: N `scheduled` records (100-byte payloads, ids spread over 8 shards, each in
 the partition Kafka's partitioner gives it), then the N `delivered` markers that replace them,

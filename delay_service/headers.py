@@ -1,4 +1,4 @@
-"""Validate a buffer-topic record (DESIGN: Kafka-native contract) into a schedule or a cancel.
+"""Validate a buffer-topic record (docs/reference.md: Delayed messages) into a schedule or a cancel.
 
 The compiled core checks it (`kpd_core.parse(headers, key, value, timestamp_ms, default_id,
 limits)`) and answers a `ScheduleRequest` (schedule_id, target, due_ms, and the user's headers:

@@ -5,7 +5,7 @@ A supervised thread runs `step()` in a loop. Each step is at most one Kafka tran
     records on the schedules topic, or copied to the invalid topic with `kpd-error`;
   * the schedules that came due, published to their targets with `delivered` records;
   * their delivery-log events, and the buffer offsets consumed.
-So "publish + mark delivered + commit input offsets" is one atomic step (DESIGN principle 2), and
+So "publish + mark delivered + commit input offsets" is one atomic step (docs/principles.md, 2), and
 a crash at any point leaves either all of a step or none of it for read_committed readers.
 What comes due is sent first, and again after each chunk of ingest. The leaders of a worker's
 shards ingest one at a time (`delay_service.ingest_turns`): a shard waiting for its turn holds

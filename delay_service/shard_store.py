@@ -10,7 +10,7 @@ while for the store without fencing anyone, so that the shard's old owner, where
 delivers meanwhile; then it fences, which ends a handing over role here and frees its store. A
 holder that does not let go even then is stopped (SIGSTOP, a hung machine) and may never: the
 role then rebuilds the shard's index from Kafka in a store of its own, as a worker of another
-sidecar would (DESIGN principle 1).
+sidecar would (docs/principles.md, 1).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """How a delay step writes: state records, delivery-log events and invalid copies, one place each.
 
 Every write goes into the step's transaction (see `delay_service.step`). Settling a record as
-invalid (DESIGN: invalid buffer records) is one path for ingest and dispatch alike: a copy on the
-invalid topic with `kpd-error`, and an `invalid` event. If the invalid topic refused a full copy
+invalid (docs/reference.md) is one path for ingest and dispatch alike: a copy on the invalid
+topic with `kpd-error`, and an `invalid` event. If the invalid topic refused a full copy
 in an earlier attempt of the step, the copy is truncated to its headers (never nothing).
 """
 

@@ -8,7 +8,7 @@ its timeout was 10 s. Such a call runs in a helper thread; past the bound the ca
 which fences the stuck one. The helper is free again whenever librdkafka lets it.
 
 Helpers are kept and reused: the pop services make this call in most steps, and starting a thread
-for each took ~4% of a pop thread's time (py-spy, bench/pop.py, 2026-11-24). A stuck helper is
+for each took ~4% of a pop thread's time (py-spy under bench/pop.py). A stuck helper is
 simply not idle, so the next call gets a fresh one.
 """
 

@@ -1,4 +1,4 @@
-"""How far this node's clock may run ahead of the broker's (DESIGN principle 3: never early,
+"""How far this node's clock may run ahead of the broker's (docs/principles.md, 3: never early,
 by the broker's clock as well as the sidecar's).
 
 Once a second the worker writes a small record to a `LogAppendTime` topic and reads the broker's
@@ -30,8 +30,7 @@ class ClockBounds:
 
     Only the sampling thread records; delay leaders on other threads read `margin_ms` at every
     step. Readers never iterate the window: iterating it while a sample arrived raised "deque
-    mutated during iteration" in a delay leader and restarted its role (seen under load in
-    bench/delay.py, 2026-11-24)."""
+    mutated during iteration" in a delay leader and restarted its role."""
 
     def __init__(self) -> None:
         self._window: deque[tuple[int, int]] = deque(maxlen=WINDOW)  # (lower, upper) of offset

@@ -52,7 +52,7 @@ class SettingsError(ValueError):
 
 
 class GroupSettings(BaseModel):
-    """Per pop-group settings (DESIGN.md); unknown groups get the defaults. Frozen: one
+    """Per pop-group settings (docs/reference.md); unknown groups get the defaults. Frozen: one
     resolved copy per group is shared by every call that asks for it (`Settings.group`)."""
 
     model_config = {"extra": "forbid", "frozen": True}
@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     max_delay_ms: int = Field(TEN_YEARS_MS, ge=0, le=100 * 365 * 24 * 3600 * 1000)
     max_record_bytes: int = Field(1_048_576, ge=1_024, le=100 * 1_048_576)
     max_request_bytes: int = Field(16 * 1_048_576, ge=1_024, le=1_024 * 1_048_576)
-    # Bounds on slow or hostile HTTP clients (README: HTTP API conventions).
+    # Bounds on slow or hostile HTTP clients (docs/reference.md: HTTP API conventions).
     http_header_timeout_ms: int = Field(10_000, ge=100, le=600_000)
     http_body_timeout_ms: int = Field(30_000, ge=100, le=3_600_000)
     http_keep_alive_ms: int = Field(5_000, ge=100, le=600_000)
@@ -111,11 +111,11 @@ class Settings(BaseSettings):
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=64)
     worker_port_base: int = Field(0, ge=0, le=65_535)  # workers' own ports: base + index; 0 any
     shards: int = Field(8, ge=1, le=256)  # fixed when kpd's topics are created
-    # Take a silent sidecar's shards over before the group's session timeout ends (see README).
+    # Take a silent sidecar's shards over before the group's session ends (docs/architecture.md).
     early_takeover: bool = True
     # Whose schedules a worker's standby keeps in its RocksDB: "all" shards it does not lead (a
     # shard the group moves here is current, whichever member it goes to), or only the "next"
-    # ones it would take over (one copy per record, however many workers run). See README.
+    # ones it would take over (one copy per record, however many workers run): docs/architecture.md.
     standby_schedules: Literal["all", "next"] = "all"
     # Once a delay step carries a delivery, how much longer it ingests before its commit makes
     # the delivery visible (see delay_service.leader): lower, deliveries are seen sooner under

@@ -1,4 +1,4 @@
-"""Delivery-log records (DESIGN: one JSON record per event on `kpd.delivery-log`)."""
+"""Delivery-log records (docs/reference.md: one JSON record per event on `kpd.delivery-log`)."""
 
 from __future__ import annotations
 

@@ -13,10 +13,9 @@ from foundation.config import Settings
 from foundation.record_size import message_limit
 
 # A partition just created answers "not leader" for a moment, and librdkafka does not mark that
-# answer to a watermark query retriable: 34 of 80 partitions queried right after their topic's
-# creation did (2026-11-28); a standby's catch-up failed on it and restarted. Before that, the
-# client's own metadata may not know the partition yet ("Local: Unknown partition", once in a CI
-# run, 2026-11-29). The callers ask only for partitions the cluster told them of.
+# answer to a watermark query retriable; before that, the client's own metadata may not know the
+# partition yet ("Local: Unknown partition"). Both pass: the callers ask only for partitions the
+# cluster told them of.
 NOT_READY_YET = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,

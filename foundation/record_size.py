@@ -1,4 +1,4 @@
-"""How big a record is, and a copy of it that always fits (DESIGN principle 6).
+"""How big a record is, and a copy of it that always fits (docs/principles.md, 6).
 
 Limits agree end to end: kpd accepts records of at most `KPD_MAX_RECORD_BYTES` (key + value +
 headers, each header counting `HEADER_FRAMING_BYTES` for its framing), and every topic and

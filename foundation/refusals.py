@@ -1,7 +1,7 @@
 """What the broker's refusal of a record in a transaction means, and which records it blames.
 
 A refusal for what a record is (too large for its topic, a topic that may not be written or does
-not exist) is a *verdict* on that record (DESIGN principle 6); a purge is only what an abort does
+not exist) is a *verdict* on that record (docs/principles.md, 6); a purge is only what an abort does
 to the records still queued, never a verdict (`foundation.transactions`).
 """
 

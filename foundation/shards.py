@@ -1,4 +1,4 @@
-"""Shards: how kpd's work is split among sidecars (DESIGN principle 2).
+"""Shards: how kpd's work is split among sidecars (docs/principles.md, 2).
 
 A shard owns the partitions `p` with `p % shards == s` of each of kpd's state topics, and what
 is placed there: schedule ids and pop lanes (group, source topic, partition). An id lands where

@@ -1,4 +1,4 @@
-"""The local RocksDB index (DESIGN principle 1: Kafka is the truth, this is a rebuildable cache).
+"""The local RocksDB index (docs/principles.md, 1: Kafka is the truth, this is a rebuildable cache).
 
 Raw byte keys and values only; each owner of state (schedules, leases, offsets) gets its own column
 family so its key space can be range-scanned and its layout changed independently. Changes that
@@ -282,7 +282,7 @@ def shard_stores(state_dir: Path, shards_dir: Path, column_families: Sequence[st
     """The shards' stores of a sidecar (`shards_dir`, shared by its workers). A worker's folder
     of a layout before drops its own stores: one store for every shard (`rocksdb`), or the
     shard stores of this worker alone (`shards` in a worker's folder). They are indexes of
-    Kafka's topics, rebuilt from them like any other (DESIGN principle 1)."""
+    Kafka's topics, rebuilt from them like any other (docs/principles.md, 1)."""
     shutil.rmtree(state_dir / "rocksdb", ignore_errors=True)
     if (state_dir / "shards").resolve() != shards_dir.resolve():
         shutil.rmtree(state_dir / "shards", ignore_errors=True)

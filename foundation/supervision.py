@@ -1,4 +1,4 @@
-"""Supervised loops (DESIGN principle 7: no silent stall).
+"""Supervised loops (docs/principles.md, 7: no silent stall).
 
 Every loop that must make progress owns a `LoopHealth` and calls `beat()` at least once per step
 (long operations inside a step beat as they go). A `Supervisor` runs one role (the delay or pop

@@ -1,9 +1,9 @@
 """One Kafka transaction per leader step, and which of its records the broker refused.
 
-A leader step writes everything it changes in one transaction (DESIGN principle 2). When the
+A leader step writes everything it changes in one transaction (docs/principles.md, 2). When the
 broker refuses one record for what it is (too large for its topic, a topic that may not be written
 or does not exist) that is a *verdict* on that record: the caller aborts, settles the record with
-the reason and redoes the step without it (DESIGN principle 6). A purge (`_PURGE_QUEUE`,
+the reason and redoes the step without it (docs/principles.md, 6). A purge (`_PURGE_QUEUE`,
 `_PURGE_INFLIGHT`) is only what an abort does to the records still queued, never a verdict, so
 innocent neighbours are never blamed. Anything else (timeouts, fencing, a broker away) is an
 infrastructure fault: it propagates, and the supervisor restarts the role from Kafka.

@@ -1,4 +1,4 @@
-"""The watchdog of supervised loops (DESIGN principle 7: no silent stall).
+"""The watchdog of supervised loops (docs/principles.md, 7: no silent stall).
 
 It notices a loop that has gone quiet (`foundation.supervision.LoopHealth`): past
 `report_after_s` it shows in `kpd_loop_stalled_seconds` and on /readyz; past `give_up_after_s` it

@@ -38,7 +38,7 @@ from kpd_client.client import KpdClient, KpdError, PoppedMessage
 
 DONE, FAILED, USAGE = 0, 1, 2
 MAX_ITEMS = 1000  # receipts per call (the API's bound)
-# Per-item statuses that mean "what you asked for happened" (DESIGN.md; README: Command line).
+# Per-item statuses that mean "what you asked for happened" (docs/reference.md: Command line).
 SUCCEEDED = {
     "ack": {"acked", "acked_late", "already_acked"},
     "nack": {"requeued", "dead_lettered"},

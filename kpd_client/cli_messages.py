@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
-# The API's message shape (DESIGN.md: POST /v1/topics/{topic}/messages).
+# The API's message shape (docs/reference.md: POST /v1/topics/{topic}/messages).
 TEXT_FIELDS = ("key", "value", "value_b64", "id")
 COUNT_FIELDS = ("delay_ms", "deliver_at_ms")
 FIELDS = {*TEXT_FIELDS, *COUNT_FIELDS, "headers"}

@@ -2,7 +2,7 @@
 
 Leases keep only offsets: a message is taken from what the leader still holds of what it handed
 out (`revive.held_records`), or else read again from Kafka (`revive.reader`). Sizes are
-checked before anything is written, so the broker never refuses a copy (DESIGN principle 6): a
+checked before anything is written, so the broker never refuses a copy (docs/principles.md, 6): a
 message too large to come back as a retry (bigger than `KPD_MAX_RECORD_BYTES` once kpd's headers
 are on it) is dead-lettered with that reason instead, and a dead letter that cannot carry its
 payload is written truncated (`foundation.record_size.fitted`), never not at all.

@@ -1,4 +1,4 @@
-"""Retry and dead-letter copies of a message (DESIGN: headers of retries and dead letters).
+"""Retry and dead-letter copies of a message (their headers: docs/reference.md).
 
 A message that must come back is copied, never moved: the copy carries where the message came
 from (`kpd-origin-*`, kept from the first delivery on) and how often it was delivered, so the next

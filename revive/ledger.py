@@ -12,7 +12,7 @@ message costs a few bytes (`heap_bytes()`), never a Python object.
 Settling outcomes (``Outcome``): ``ACKED``; ``REQUEUED`` (nacked, or the lease expired, and the
 message was copied to the retry topic: this delivery is over); ``DEAD_LETTERED``.
 
-API (``now_ms`` / deadlines are epoch ms; statuses are the strings of DESIGN.md):
+API (``now_ms`` / deadlines are epoch ms; statuses are the strings of docs/reference.md):
 
 * ``open_checkpoint(checkpoint_id, offsets, delivery_counts, deadline_ms)``: record a pop.
   Checkpoint ids and offsets must both increase across calls (pops read a partition in order).

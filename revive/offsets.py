@@ -1,4 +1,4 @@
-"""Each touched group's committed offset: the lowest offset not yet settled (DESIGN: pop).
+"""Each touched group's committed offset: the lowest offset not yet settled (docs/reference.md).
 
 The offsets are committed in a transaction of their own, right after a step's has committed, so
 Kafka tooling shows the group's real progress and a committed offset never passes a message

@@ -1,6 +1,6 @@
 """Kafka state records that make a ``PartitionLedger`` durable, and their replay.
 
-DESIGN principle 1: every lease change is first a record in a kpd state topic. Three kinds:
+docs/principles.md, 1: every lease change is first a record in a kpd state topic. Three kinds:
 
 * ``CheckpointRecord``: a pop batch was leased (``PartitionLedger.open_checkpoint``).
 * ``AckRecord``: one delivery ended (ack, nack, reject, revive) with an ``Outcome``.

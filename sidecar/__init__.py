@@ -1,1 +1,2 @@
-"""The kpd process: settings, Kafka clients, leader election, local storage, CLI."""
+"""A kpd sidecar: the worker processes, their membership in the shard group, and the roles each
+runs (the composition root: it wires foundation, delay_service, revive and api)."""

@@ -4,7 +4,7 @@ Python imports `sitecustomize` at start-up from the path; that bench puts this f
 PYTHONPATH of a sidecar, whose worker processes inherit it. With BENCH_CALLS_DIR set, every
 thread of the process runs under cProfile, and SIGUSR2 writes the calls made so far, by function,
 to BENCH_CALLS_DIR/<pid>.json. Only the counts are used: unlike CPU seconds, they do not depend
-on how fast this machine runs a process at the time (BENCHMARKS.md, 2026-11-28 11:50 section).
+on how fast this machine runs a process at the time.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 //! JSON of what a pop hands out: each message as the HTTP API shows it (docs/receipts.md is
-//! the receipt's; the fields are DESIGN's pop answer) and its DELIVERED delivery-log event.
+//! the receipt's; the fields are the pop answer of docs/reference.md) and its DELIVERED delivery-log event.
 //! Written straight into bytes, one call per lane batch instead of a dict per message.
 
 use base64::engine::general_purpose::STANDARD;

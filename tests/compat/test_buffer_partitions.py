@@ -1,9 +1,9 @@
 """A buffer topic of several partitions, as on real clusters: records about one id that land on
-different partitions must give the answers the README promises ("Decisions where the design is
-silent"): the same id scheduled twice keeps the first schedule, and a cancel that arrives before
-its schedule wins. The cancel test fixes the order in which the leader reads the records (a
-delivered sentinel behind each); the duplicate test has both records in place before the leader
-starts, in both partition orders.
+different partitions must give the answers docs/reference.md promises ("Decisions where the
+design is silent"): the same id scheduled twice keeps the first schedule, and a cancel that
+arrives before its schedule wins. The cancel test fixes the order in which the leader reads the
+records (a delivered sentinel behind each); the duplicate test has both records in place before
+the leader starts, in both partition orders.
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ def produce_then_sentinel(
 def test_same_id_on_two_partitions_keeps_the_first(
     sidecar_factory, new_topic, admin, kafka_bootstrap, first_partition, second_partition
 ) -> None:
-    """The first schedule of an id to reach its shard wins (README, Shards): the second record,
-    on another partition and with the earlier due time, is produced once the first is scheduled.
-    Both partition orders. (Records waiting on different partitions have no order Kafka knows.)"""
+    """The first schedule of an id to reach its shard wins (docs/architecture.md): the second
+    record, on another partition and with the earlier due time, is produced once the first is
+    scheduled. Both partition orders. (Records waiting on different partitions have no order
+    Kafka knows.)"""
     sidecar = sidecar_factory("a")
     buffer, target = buffer_with_partitions(sidecar, admin), new_topic("dup")
     sidecar.start()

@@ -1,4 +1,4 @@
-"""Never early by the broker's clock, even from a node whose clock runs ahead (DESIGN principle 3).
+"""Never early by the broker's clock, even from a node whose clock runs ahead (principle 3).
 
 The sidecar's processes get a `sitecustomize` that moves their wall clock 3 s ahead (what an
 unsynchronised VM looks like); the target topics stamp records with the broker's own time

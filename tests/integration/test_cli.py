@@ -1,7 +1,7 @@
 """`kpd` client verbs as real processes against a real sidecar: output, effects, exit codes.
 
-Exit codes are a contract (README: Command line): 0 done, 1 an error answer / an item not done /
-kpd unreachable, 2 bad usage (nothing sent).
+Exit codes are a contract (docs/reference.md: Command line): 0 done, 1 an error answer / an
+item not done / kpd unreachable, 2 bad usage (nothing sent).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Crashes, lost RocksDB folders and failover: nothing lost, nothing delivered twice.
 
-Counts are read with `read_committed` consumers, as DESIGN.md promises them. The election session
+Counts are read with `read_committed` consumers, as principle 3 promises them. The election session
 timeout is lowered to 2 s to keep the suite fast (the local broker allows down to 1 s; against an
 external cluster whose `group.min.session.timeout.ms` is higher, raise it).
 """

@@ -249,7 +249,7 @@ def test_duplicate_caller_id_is_delivered_once_with_the_first_value(
         producer,
         buffer,
         [
-            # Keyed by id (as the README advises): one buffer partition, so "first" is first.
+            # Keyed by id (docs/architecture.md): one buffer partition, so "first" is first.
             buffer_record(
                 target, value=b"first", key=b"dup-k", deliver_at=t0 + 1500, schedule_id="dup-k"
             ),

@@ -1,4 +1,4 @@
-"""One record fails only itself (DESIGN principle 6), property-based, against a real sidecar.
+"""One record fails only itself (docs/principles.md, 6), property-based, against a real sidecar.
 
 Hypothesis interleaves valid buffer records with hostile ones (oversized, near the limit, targets
 that are Kafka-internal, kpd's own, missing or too small for the record, ids with whitespace,

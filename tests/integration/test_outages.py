@@ -1,4 +1,4 @@
-"""No silent stall (DESIGN principle 7): broker outages, a paused broker, a paused leader.
+"""No silent stall (docs/principles.md, 7): broker outages, a paused broker, a paused leader.
 
 Each test runs its own broker, which it stops, pauses (SIGSTOP) and restarts, and real sidecars
 under delay and pop load. Nothing may be lost, delivered twice or early; readiness must say what

@@ -31,7 +31,7 @@ def _text(data: bytes | None) -> str | None:
 
 
 def expected_message(record: SourceRecord, origin: Origin, receipt: str, count: int) -> dict:
-    """The pop answer's fields (README, "Pop"): key and value as text when UTF-8, a value that
+    """The pop answer's fields (docs/reference.md): key and value as text when UTF-8, a value that
     is not as `value_b64`, headers other than kpd's own, a repeated name's last value."""
     headers: dict[str, str] = {}
     for name, value in record.headers:

@@ -1,6 +1,6 @@
 """deploy/: the Grafana dashboard and the Prometheus alert rules are well formed and cover what
-README "Dashboards and alerts" promises. That each queried metric is one kpd exports is checked
-against a real sidecar in tests/integration/test_dashboard_metrics.py.
+docs/operations.md ("Dashboards and alerts") promises. That each queried metric is one kpd
+exports is checked against a real sidecar in tests/integration/test_dashboard_metrics.py.
 """
 
 from __future__ import annotations
