@@ -22,6 +22,7 @@ COPY devtools devtools
 COPY delay_service delay_service
 COPY revive revive
 COPY api api
+COPY cluster cluster
 COPY spark spark
 RUN pip install --no-cache-dir .
 ENV KPD_HTTP_HOST=0.0.0.0 KPD_DATA_DIR=/data KPD_LOG_FORMAT=json

@@ -1,5 +1,5 @@
 """The lean path of the calls a worker serves most: pop, ack, nack, leases, reject, and the
-health probe a peer worker sends every second (`sidecar.successor`).
+health probe a peer worker sends every second (`cluster.successor`).
 
 A well-formed call (a JSON body, names that match the API's patterns, a body msgspec decodes
 into its struct, `api.hot_bodies`) is answered here, in front of FastAPI: no routing through

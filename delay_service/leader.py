@@ -127,7 +127,7 @@ class DelayLeader:
 
     def start(self) -> None:
         """Take the shard's store, read the shard's schedules while its previous leader may
-        still deliver them (it goes on until fenced, `sidecar.conductor`), fence it, read the
+        still deliver them (it goes on until fenced, `cluster.conductor`), fence it, read the
         rest it left, then take over the shard's buffer and inbox partitions. A member whose
         index did not follow the shard thus reads most of it before the shard stops
         delivering, not after. A store another worker of this sidecar holds is waited for, and

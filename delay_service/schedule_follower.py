@@ -1,7 +1,7 @@
 """Applying the schedules topic to the index, for a standby or a delay role reading a shard.
 
 One `ScheduleFollower` serves one reading (a `StateFollower`, from its stored positions on), the
-only writer of its shards' index meanwhile (`sidecar.conductor`). A record's shard is its
+only writer of its shards' index meanwhile (`cluster.conductor`). A record's shard is its
 partition's (kpd writes each id's records to the partition Kafka's partitioner gives the id), and
 its value is stored as read: no hash and no encode per record.
 

@@ -26,7 +26,7 @@ LOOP_STALLED = Gauge(
     ["role", "shard"],
     multiprocess_mode="livemax",
 )
-# Early takeover (`sidecar.successor`), by why the watched member was taken for gone: `refused`
+# Early takeover (`cluster.successor`), by why the watched member was taken for gone: `refused`
 # (nothing listens at its address) or `silent` (no answer for a while); and its false alarms.
 EARLY_TAKEOVERS = Counter(
     "kpd_early_takeovers_total",

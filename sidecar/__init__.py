@@ -1,2 +1,2 @@
-"""A kpd sidecar: the worker processes, their membership in the shard group, and the roles each
-runs (the composition root: it wires foundation, delay_service, revive and api)."""
+"""A kpd sidecar: the worker processes and their supervisor (the composition root: it wires
+foundation, delay_service, revive, cluster and api)."""

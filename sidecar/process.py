@@ -4,7 +4,7 @@ Data flows one way: Kafka topics in -> local state (RocksDB) -> timers -> Kafka 
 HTTP API (package `api`) reads local state and writes commands to Kafka.
 
 A "conductor" thread sets kpd's topics up, joins the group that hands out shards, and then keeps
-the roles of the shards this worker leads running (`sidecar.conductor`), with a standby following
+the roles of the shards this worker leads running (`cluster.conductor`), with a standby following
 the shards it would take over next. Every loop beats a heartbeat the watchdog checks (principle
 7); a worker whose loops stall for good, or whose Kafka clients stay broken, exits for `kpd run`
 to start a fresh one.
@@ -20,6 +20,11 @@ import structlog
 from api.availability import Availability
 from api.forwarding import CONNECT_TIMEOUT_S
 from api.index_writes import IndexWrites
+from cluster.conductor import Conductor
+from cluster.membership import Membership
+from cluster.owners import Owners, group_reasons
+from cluster.shard_roles import ShardRoles
+from cluster.successor import Successor
 from delay_service.ingest_turns import IngestTurns
 from delay_service.leader import DelayDeps
 from delay_service.schedules import COLUMN_FAMILIES as SCHEDULE_CFS
@@ -41,12 +46,7 @@ from foundation.watchdog import Watchdog
 from revive.arrivals import ArrivalWatch
 from revive.receipt import ReceiptCodec
 from revive.service import PopDeps, PopService
-from sidecar.conductor import Conductor
-from sidecar.membership import Membership
-from sidecar.owners import Owners, group_reasons
 from sidecar.self_heal import SelfHeal
-from sidecar.shard_roles import ShardRoles
-from sidecar.successor import Successor
 from sidecar.topology import kpd_topic_names, set_up
 from sidecar.workers import StartedWorkers
 
@@ -252,7 +252,7 @@ class Sidecar:
             self.client_config, s.state_topic("leader"), s.election_session_timeout_ms, self.url,
             place,
         )  # fmt: skip
-        # Clients of its own: their requests may stay pending through an outage (`sidecar.owners`).
+        # Clients of its own: their requests may stay pending through an outage (`cluster.owners`).
         self._owners = Owners(self.membership, lambda: admin_client(s))
         self._successor = Successor(self._owners, self.url) if s.early_takeover else None
         clock = BrokerClock(self.producer_config, s.state_topic("clock"), s.node_id)

@@ -1,4 +1,4 @@
-"""Early takeover tells a dead sidecar from a slow one (`sidecar.successor`), real broker, two
+"""Early takeover tells a dead sidecar from a slow one (`cluster.successor`), real broker, two
 real `kpd run` sidecars: a short pause keeps a sidecar's shards, a long one loses them, a sidecar
 that lost them on silence and answered again may stay silent longer next time, and a killed one
 is taken over on the refused connections at once; calls for a gone owner's shards made through
@@ -23,9 +23,9 @@ from kafka_helpers import (
     wait_for,
 )
 
+from cluster.successor import SILENT_S
 from foundation.shards import ShardMap
 from kpd_client import KpdClient
-from sidecar.successor import SILENT_S
 
 pytestmark = pytest.mark.timeout(300)
 SHORT_PAUSE_S = SILENT_S - 0.6  # a probe that times out takes 0.5 s: silence seen is shorter

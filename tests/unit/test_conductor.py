@@ -11,11 +11,11 @@ from collections.abc import Callable
 from kafka_helpers import wait_for
 from role_helpers import FencingRole, HandingRole, HeldRole, SteppingRole
 
+from cluster import conductor
+from cluster.conductor import Conductor
 from delay_service.schedules import Freshness
 from foundation.supervision import LoopHealth
 from foundation.watchdog import Watchdog
-from sidecar import conductor
-from sidecar.conductor import Conductor
 
 
 class SlowSteppingRole(SteppingRole):

@@ -1,8 +1,8 @@
 """Lower layers never import higher ones (README: layout).
 
-foundation <- delay_service, revive <- api <- sidecar (the composition root). The SDK imports
-nothing of the server, and the server never imports the developer tooling, the audit or the
-SDK: only the `kpd` command (kpd_cli) brings them together.
+foundation <- delay_service, revive <- cluster, api <- sidecar (the composition root). The SDK
+imports nothing of the server, and the server never imports the developer tooling, the audit or
+the SDK: only the `kpd` command (kpd_cli) brings them together.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ KPD_PACKAGES = {
     "delay_service",
     "revive",
     "api",
+    "cluster",
     "sidecar",
     "kpd_cli",
     "kpd_client",
@@ -30,7 +31,8 @@ ALLOWED = {
     "delay_service": {"foundation"},
     "revive": {"foundation"},
     "api": {"foundation", "delay_service", "revive"},
-    "sidecar": {"foundation", "delay_service", "revive", "api"},
+    "cluster": {"foundation", "delay_service", "revive"},
+    "sidecar": {"foundation", "delay_service", "revive", "api", "cluster"},
     "kpd_cli": {"foundation", "sidecar", "kpd_client", "devtools", "spark"},
     "kpd_client": set(),
     "devtools": {"foundation"},
@@ -72,7 +74,7 @@ def test_callers_use_the_pop_service_face_not_its_parts() -> None:
     parts = {"inbox", "_inbox", "fetchers", "_fetchers"}
     reaching = sorted(
         f"{path.relative_to(ROOT)}:{node.lineno}"
-        for package in ("api", "sidecar")
+        for package in ("api", "cluster", "sidecar")
         for path in sorted((ROOT / package).rglob("*.py"))
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Attribute) and node.attr in parts

@@ -1,4 +1,4 @@
-"""A watched member's health, asked over its link (`sidecar.links.Links.health`).
+"""A watched member's health, asked over its link (`cluster.links.Links.health`).
 
 The member here is a socket server that answers each request as a test tells it to; the real
 member, a `kpd run` worker, is probed so in the early-takeover integration tests.
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from sidecar.links import HEALTH_REQUEST, Links, Probe
+from cluster.links import HEALTH_REQUEST, Links, Probe
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n\r\n" + (
     b'{"status":"ok"}'

@@ -1,4 +1,4 @@
-"""How the shard owners are asked for (`sidecar.owners`): requests with a timeout librdkafka never
+"""How the shard owners are asked for (`cluster.owners`): requests with a timeout librdkafka never
 reaches (one that timed out inside it aborted the process once the coordinator returned,
 librdkafka #4605), a request pending too long asked again on a fresh client (requests also stayed
 pending in a client with the broker back), the newest answer counting, and the view's age and how
@@ -12,10 +12,9 @@ from typing import Any, cast
 
 import pytest
 
-from foundation.metrics import LEADERLESS, OWNERS_VIEW_AGE
-from sidecar import owners as owners_module
-from sidecar.membership import Member
-from sidecar.owners import (
+from cluster import owners as owners_module
+from cluster.membership import Member
+from cluster.owners import (
     ABSENT_AFTER_S,
     DESCRIBE_TIMEOUT_S,
     LEADERLESS_AFTER_S,
@@ -26,6 +25,7 @@ from sidecar.owners import (
     Owners,
     group_reasons,
 )
+from foundation.metrics import LEADERLESS, OWNERS_VIEW_AGE
 from sidecar.self_heal import CLIENT_REASONS
 
 A = Member("id-a", "http://a", frozenset({0, 2}))

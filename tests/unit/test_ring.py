@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar.membership import Member, client_id, member_of
-from sidecar.ring import Ring
+from cluster.membership import Member, client_id, member_of
+from cluster.ring import Ring
 
 
 def ring(*members: Member) -> Ring:

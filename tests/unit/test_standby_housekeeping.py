@@ -10,11 +10,11 @@ from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from cluster.standby import Standby
 from foundation.metrics import STANDBY_CPU
 from foundation.shards import ShardMap
 from revive.metrics import STANDBY_CHECKPOINTS
 from revive.pop_follower import PopFollower
-from sidecar.standby import Standby
 
 
 class QuietFollower:

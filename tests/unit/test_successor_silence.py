@@ -1,4 +1,4 @@
-"""When a watched member is taken for gone (`sidecar.successor.Silence`): at once when nothing
+"""When a watched member is taken for gone (`cluster.successor.Silence`): at once when nothing
 listens, only after a longer silence when it may be alive, and longer again after a false alarm."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from sidecar.links import Links, Probe
-from sidecar.successor import REFUSED_IN_A_ROW, SILENT_MAX_S, SILENT_S, Silence
+from cluster.links import Links, Probe
+from cluster.successor import REFUSED_IN_A_ROW, SILENT_MAX_S, SILENT_S, Silence
 
 R, S, A, L = Probe.REFUSED, Probe.SILENT, Probe.ANSWERED, Probe.LISTENING
 

@@ -2,8 +2,8 @@
 
 The group coordinator reassigns a crashed member's shards only after its session timeout (6 s at
 least on a stock broker). Meanwhile each member is watched by one other, on another sidecar
-where there is one (`sidecar.ring.guardian`). The watcher holds a TCP connection open to it,
-which the kernel closes the moment its process dies (`sidecar.links`), and asks its health once
+where there is one (`cluster.ring.guardian`). The watcher holds a TCP connection open to it,
+which the kernel closes the moment its process dies (`cluster.links`), and asks its health once
 a second, for a member paused or cut off; it starts the member's shards itself once it takes
 it for gone (`Silence`). While a member is in doubt (its link closed, a probe refused or not
 answered) it is probed 4 times a second.
@@ -11,7 +11,7 @@ Their roles' `init_transactions` fence the watched member's transactional ids, s
 that wakes up can never write again: never two writers, never a duplicate. Once the group has
 reassigned the shards (to this member or another, which then fences it in turn), or the member
 answers again, the early takeover ends and the group's word holds (the delay roles hand over:
-they deliver until the shards' new owner fences them, `sidecar.conductor`).
+they deliver until the shards' new owner fences them, `cluster.conductor`).
 
 Taking over a live member is not free: each of its roles is fenced and restarts, then fences the
 taker in turn. With each worker capped at a quarter of a core, a worker busy with a burst missed
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from cluster.links import Links, Probe
+from cluster.owners import Owners
 from foundation.metrics import EARLY_TAKEOVER_FALSE_ALARMS, EARLY_TAKEOVERS
 from foundation.periodic import PeriodicThread
-from sidecar.links import Links, Probe
-from sidecar.owners import Owners
 
 log = structlog.get_logger(__name__)
 

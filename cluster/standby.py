@@ -3,7 +3,7 @@
 It applies the schedules of the shards it keeps (`ShardRoles.schedules_kept`) to their stores,
 which it holds meanwhile (a store another worker of this sidecar still holds is left out, and
 tried again when the conductor restarts the standby), and the pop state of the shards it would
-take over next to memory (`revive.pop_follower`). `sidecar.conductor` starts it, and restarts it
+take over next to memory (`revive.pop_follower`). `cluster.conductor` starts it, and restarts it
 whenever the shards to follow or to keep change.
 """
 

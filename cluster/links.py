@@ -1,4 +1,4 @@
-"""An open TCP connection to each member a worker watches (`sidecar.successor`).
+"""An open TCP connection to each member a worker watches (`cluster.successor`).
 
 The kernel closes a process's sockets the moment it dies, however it dies, so a link to a
 killed member becomes readable at once, and a blocking `select` over the links learns of the

@@ -1,11 +1,11 @@
 """The ring of the group's members: who watches whom, keeps a standby of its shards, and takes
-them over early while it seems dead (`sidecar.successor`)."""
+them over early while it seems dead (`cluster.successor`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.membership import Member
+from cluster.membership import Member
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,10 @@ from typing import Any
 import structlog
 from confluent_kafka.admin import AdminClient
 
+from cluster.membership import Member, Membership
+from cluster.ring import Ring
 from foundation.metrics import LEADERLESS, OWNERS_VIEW_AGE
 from foundation.periodic import PeriodicThread
-from sidecar.membership import Member, Membership
-from sidecar.ring import Ring
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +58,7 @@ LEADERLESS_AFTER_S = 15.0
 # one), so the bound is at least two sessions.
 ABSENT_AFTER_S = 10.0
 # A member whose address refused a call this recently is taken for dead: calls for its shards go
-# to its guardian, which takes them over early (`sidecar.successor`); the group names it until
+# to its guardian, which takes them over early (`cluster.successor`); the group names it until
 # its session ends. A call after that asks it again (and a refusal marks it again).
 REFUSED_FOR_S = 5.0
 

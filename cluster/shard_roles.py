@@ -1,5 +1,5 @@
 """What a worker's roles are made of: each led shard's delay leader and pop service, and the
-standby that follows the shards led elsewhere (`sidecar.conductor` starts and stops them).
+standby that follows the shards led elsewhere (`cluster.conductor` starts and stops them).
 
 Made once the topics say how many shards there are. The parts every role of the worker shares
 (clients, the RocksDB index, the clock's margin) come in `DelayDeps` and `PopDeps`; what outlives
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
+from cluster.owners import Owners
+from cluster.standby import Standby
 from delay_service.leader import DelayDeps, DelayLeader
 from delay_service.schedule_follower import schedule_reading
 from foundation.state_follower import StateFollower
@@ -18,8 +20,6 @@ from foundation.supervision import LoopHealth
 from revive.pop_follower import PopFollower
 from revive.replay import PopStateReader
 from revive.service import PopDeps, PopService
-from sidecar.owners import Owners
-from sidecar.standby import Standby
 
 Shards = frozenset[int]
 

@@ -9,7 +9,7 @@ this worker leaves the group). RocksDB thus has one writer per shard at a time: 
 leaves the shards of those roles alone.
 
 The standby keeps the pop state of only the shards this worker would take over next (the process
-chooses them: those of the members it watches, `sidecar.ring.guardian`), as Kafka Streams
+chooses them: those of the members it watches, `cluster.ring.guardian`), as Kafka Streams
 keeps one standby replica per task: with every worker applying every pop record of the shards it
 did not lead, the work grew with the number of workers. A pop role taking over a shard not
 followed here replays `kpd.pop-state` from the shard's replay floor (bounded). Schedules are kept
@@ -28,12 +28,12 @@ from typing import NamedTuple, cast
 
 import structlog
 
+from cluster.standby import Standby
 from delay_service.schedules import Freshness
 from foundation.metrics import IS_LEADER, SHARD_LEADER, SHARD_STANDBY
 from foundation.supervision import LoopHealth, Role, Supervisor
 from foundation.watchdog import Watchdog
 from revive.service import PopService
-from sidecar.standby import Standby
 
 log = structlog.get_logger(__name__)
 
