@@ -2,7 +2,9 @@
 
 Nothing of a deleted topic can be fetched, settled or committed again, and its offsets would fail
 the transaction that sent them: its lanes' ledgers, buffered records and offsets to commit are
-dropped. Its retry copies stay: they live in the group's retry topic, which still exists.
+dropped. Its retry copies stay in the group's retry topic, which still exists: leases on them
+settle as any others, and the copies are dead-lettered as they are read, since no pop can ask for
+them (`Leaser.dead_letter_unpoppable`).
 """
 
 from __future__ import annotations

@@ -69,6 +69,9 @@ class GroupFetcher:
         self._last_leased = last_leased  # offsets up to it are known to the ledgers already
         self._owns = owns  # (topic, partition) -> does this shard serve that source partition?
         self.topics: set[str] = set()
+        # Origins whose topic was deleted while this group read it: no pop can ask for their
+        # retry copies any more, so they are dead-lettered (`Leaser.dead_letter_unpoppable`).
+        self.deleted: set[str] = set()
         self.assignment: list[TopicPartition] = []
         self.committed: dict[tuple[str, int], int] = {}  # the group's offsets when assigned
         self._lanes: dict[LaneKey, deque[Fetched]] = {}
@@ -81,6 +84,7 @@ class GroupFetcher:
 
     def add_topic(self, topic: str, timeout_s: float) -> None:
         """Start reading `topic` (and, the first time, the retry topic) from committed offsets."""
+        self.deleted.discard(topic)  # made again under its old name: popped again
         new = [t for t in (topic, self.retry_topic) if t not in self.topics]
         if not new:
             return
@@ -203,7 +207,9 @@ class GroupFetcher:
         return min([*heads, position]) if position >= 0 else min(heads, default=-1)
 
     def remove_topics(self, gone: set[str]) -> None:
-        """Stop reading deleted topics and forget what was buffered of them."""
+        """Stop reading deleted topics and forget what was buffered of them. Their retry copies
+        stay: they are in the retry topic, which still exists, and are dead-lettered."""
+        self.deleted |= gone
         dropped = [tp for tp in self.assignment if tp.topic in gone]
         if dropped:
             self.consumer.incremental_unassign(dropped)

@@ -43,6 +43,9 @@ class GroupFetchers:
         self.by_group: dict[str, GroupFetcher] = {}
         # The fetchers of the groups the replayed ledgers name, made off the service thread.
         self._resumer: GroupResumer[GroupFetcher] = GroupResumer(RESUME_THREADS, wake)
+        # Topics the replayed ledgers name that no longer exist, by group: every fetcher of the
+        # group made here starts with them as deleted origins (`GroupFetcher.deleted`).
+        self._gone: dict[str, set[str]] = {}
 
     # -- read from any thread --------------------------------------------------------------
 
@@ -80,8 +83,9 @@ class GroupFetchers:
         leader may settle their leases (expiry) and must then move the group's offsets, or the
         replay floor could never pass their checkpoints (`PopState.floors`). Their fetchers are
         made in parallel (`revive.resume`), so a takeover answers at once however many groups
-        there are. The ledgers of a deleted topic go: nothing of it can be fetched or settled
-        again, and they would hold the floor."""
+        there are. The ledgers of a deleted topic go, its retry lanes' too (a group left with
+        no topic gets no fetcher here, so they would hold the floor for good); its retry copies
+        read again are dead-lettered (`GroupFetcher.deleted`)."""
         inherited: dict[str, set[str]] = {}
         for group, lane, _ in self._state.ledgers:
             topic = origin_topic(lane)
@@ -95,6 +99,7 @@ class GroupFetchers:
                 topics.discard(topic)
                 gone = (group, topic)
                 state.drop({k for k in state.ledgers if (k[0], origin_topic(k[1])) == gone})
+                self._gone.setdefault(group, set()).add(topic)
                 log.warning("dropped the leases of a deleted topic", group=group, topic=topic)
         self._resumer.start({g: t for g, t in inherited.items() if t}, self._made)
 
@@ -152,10 +157,12 @@ class GroupFetchers:
             self._timeout_s,
         )
         shards, shard = self._shards, self._shard
-        return GroupFetcher(
+        fetcher = GroupFetcher(
             group,
             group_settings.retry_topic,
             self._client_config,
             lambda lane: self._state.last_leased.get((group, *lane), -1),
             lambda topic, partition: shards.of_lane(group, topic, partition) == shard,
         )
+        fetcher.deleted |= self._gone.get(group, set())
+        return fetcher

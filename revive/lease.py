@@ -63,23 +63,30 @@ class Leaser:
         metrics.POPPED.inc(len(out))
         return out
 
-    def dead_letter_untrusted(self, fetcher: GroupFetcher, step: PopStep) -> None:
-        """Lease and dead-letter at once every retry record whose kpd headers are untrusted."""
-        taken = fetcher.take(UNTRUSTED, limit=10_000)
+    def dead_letter_unpoppable(self, fetcher: GroupFetcher, step: PopStep) -> None:
+        """Lease and dead-letter at once the retry records no pop can ask for: those whose kpd
+        headers are untrusted, and the copies of a topic deleted since (`GroupFetcher.deleted`:
+        dead-lettered, never dropped, as principle 3 asks)."""
         now = now_ms()
-        for (lane, partition), batch in _by_lane(taken).items():
-            key = (fetcher.group, lane, partition)
-            checkpoint = self._checkpoint(key, batch, now, now, step)
-            self._held.keep(key, (source for source, _ in batch))
-            for source, found in batch:
-                offset = source.offset
-                settled = AckRecord(
-                    *key, checkpoint.checkpoint_id, offset, Outcome.DEAD_LETTERED, now
-                )
-                self._state.apply(settled)
-                step.record(settled)
-                reason = f"kpd headers cannot be trusted: {found.distrust}"
-                step.copies.append(Copy(key, offset, 1, reason, 0))
+        for origin in (UNTRUSTED, *sorted(fetcher.deleted)):
+            taken = fetcher.take(origin, limit=10_000)
+            for (lane, partition), batch in _by_lane(taken).items():
+                key = (fetcher.group, lane, partition)
+                checkpoint = self._checkpoint(key, batch, now, now, step)
+                self._held.keep(key, (source for source, _ in batch))
+                for source, found in batch:
+                    offset = source.offset
+                    settled = AckRecord(
+                        *key, checkpoint.checkpoint_id, offset, Outcome.DEAD_LETTERED, now
+                    )
+                    self._state.apply(settled)
+                    step.record(settled)
+                    if origin == UNTRUSTED:
+                        reason, count = f"kpd headers cannot be trusted: {found.distrust}", 1
+                    else:
+                        reason = f"its topic {origin!r} was deleted"
+                        count = found.previous_deliveries
+                    step.copies.append(Copy(key, offset, count, reason, 0))
 
     def _checkpoint(
         self,

@@ -226,7 +226,7 @@ class PopService:
                 step.answers.append((future, self._settler.settle(request, step)))
         self._wakes.expiry_ms = self._settler.expire(step)
         for fetcher in self._fetchers.by_group.values():
-            self._leaser.dead_letter_untrusted(fetcher, step)
+            self._leaser.dead_letter_unpoppable(fetcher, step)
         floors, unsent = self._floors_moved()
         if step.txn.open or floors:
             self._copier.write(step)

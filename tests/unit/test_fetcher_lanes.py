@@ -56,3 +56,4 @@ def test_a_reader_between_two_dropped_lanes_counts_what_is_left(fetcher: GroupFe
     assert lanes.seen == [1, 1]
     assert fetcher.available("orders") == 1
     assert fetcher.available("kept") == 4
+    assert fetcher.deleted == {"orders"}  # its retry copies are dead-lettered from now on
