@@ -4,7 +4,8 @@ Nothing of a deleted topic can be fetched, settled or committed again, and its o
 the transaction that sent them: its lanes' ledgers, buffered records and offsets to commit are
 dropped. Its retry copies stay in the group's retry topic, which still exists: leases on them
 settle as any others, and the copies are dead-lettered as they are read, since no pop can ask for
-them (`Leaser.dead_letter_unpoppable`).
+them (`Leaser.dead_letter_unpoppable`). So are the buffered retry copies of any topic that no
+longer exists, deleted while no fetcher here read it or before this leader started.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class DeletedTopics:
         self._checked_at = time.monotonic()
         for group, gone in self._fetchers.deleted_topics().items():
             self.drop(group, gone)
+        for group, origins in self._fetchers.orphaned_origins().items():
+            self._fetchers.by_group[group].deleted |= origins
+            log.warning("retry copies of a deleted topic", group=group, topics=sorted(origins))
 
     def drop(self, group: str, gone: set[str]) -> None:
         """The lanes of `group` read from the topics `gone`."""

@@ -206,6 +206,16 @@ class GroupFetcher:
         position = self.consumer.position([TopicPartition(topic, partition)])[0].offset
         return min([*heads, position]) if position >= 0 else min(heads, default=-1)
 
+    def unpopped_origins(self) -> list[str]:
+        """Origins with retry copies buffered here that no pop here reads, and not known deleted
+        (a pop may still ask for them; `GroupFetchers.orphaned_origins` asks whether they exist)."""
+        skip = self.topics | self.deleted | {UNTRUSTED}
+        return [
+            origin
+            for origin, keys in self._by_origin.items()
+            if origin not in skip and any(self._lanes.get(key) for key in keys)
+        ]
+
     def remove_topics(self, gone: set[str]) -> None:
         """Stop reading deleted topics and forget what was buffered of them. Their retry copies
         stay: they are in the retry topic, which still exists, and are dead-lettered."""

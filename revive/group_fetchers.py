@@ -43,9 +43,6 @@ class GroupFetchers:
         self.by_group: dict[str, GroupFetcher] = {}
         # The fetchers of the groups the replayed ledgers name, made off the service thread.
         self._resumer: GroupResumer[GroupFetcher] = GroupResumer(RESUME_THREADS, wake)
-        # Topics the replayed ledgers name that no longer exist, by group: every fetcher of the
-        # group made here starts with them as deleted origins (`GroupFetcher.deleted`).
-        self._gone: dict[str, set[str]] = {}
 
     # -- read from any thread --------------------------------------------------------------
 
@@ -85,7 +82,7 @@ class GroupFetchers:
         made in parallel (`revive.resume`), so a takeover answers at once however many groups
         there are. The ledgers of a deleted topic go, its retry lanes' too (a group left with
         no topic gets no fetcher here, so they would hold the floor for good); its retry copies
-        read again are dead-lettered (`GroupFetcher.deleted`)."""
+        read again are dead-lettered (`orphaned_origins`)."""
         inherited: dict[str, set[str]] = {}
         for group, lane, _ in self._state.ledgers:
             topic = origin_topic(lane)
@@ -99,7 +96,6 @@ class GroupFetchers:
                 topics.discard(topic)
                 gone = (group, topic)
                 state.drop({k for k in state.ledgers if (k[0], origin_topic(k[1])) == gone})
-                self._gone.setdefault(group, set()).add(topic)
                 log.warning("dropped the leases of a deleted topic", group=group, topic=topic)
         self._resumer.start({g: t for g, t in inherited.items() if t}, self._made)
 
@@ -125,6 +121,17 @@ class GroupFetchers:
         fetched = {topic for fetcher in self.by_group.values() for topic in fetcher.topics}
         deleted = {topic for topic in fetched if not self._topic_cache.exists(topic)}
         return {g: f.topics & deleted for g, f in self.by_group.items() if f.topics & deleted}
+
+    def orphaned_origins(self) -> dict[str, set[str]]:
+        """By group, the origins of buffered retry copies whose topic does not exist (deleted
+        while no fetcher here read it, or before this leader started): one metadata request per
+        such origin, and none while every origin is popped here."""
+        found: dict[str, set[str]] = {}
+        for group, fetcher in self.by_group.items():
+            for origin in fetcher.unpopped_origins():
+                if not self._topic_cache.exists(origin):
+                    found.setdefault(group, set()).add(origin)
+        return found
 
     def close(self) -> None:
         self._resumer.close(GroupFetcher.close)
@@ -157,12 +164,10 @@ class GroupFetchers:
             self._timeout_s,
         )
         shards, shard = self._shards, self._shard
-        fetcher = GroupFetcher(
+        return GroupFetcher(
             group,
             group_settings.retry_topic,
             self._client_config,
             lambda lane: self._state.last_leased.get((group, *lane), -1),
             lambda topic, partition: shards.of_lane(group, topic, partition) == shard,
         )
-        fetcher.deleted |= self._gone.get(group, set())
-        return fetcher

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from revive.fetcher import Fetched, GroupFetcher, LaneKey, lane_name
+from revive.fetcher import UNTRUSTED, Fetched, GroupFetcher, LaneKey, lane_name
 
 RETRY = "kpd.retry.g"
 
@@ -57,3 +57,21 @@ def test_a_reader_between_two_dropped_lanes_counts_what_is_left(fetcher: GroupFe
     assert fetcher.available("orders") == 1
     assert fetcher.available("kept") == 4
     assert fetcher.deleted == {"orders"}  # its retry copies are dead-lettered from now on
+
+
+def test_unpopped_origins_are_those_with_retry_copies_no_pop_here_reads(
+    fetcher: GroupFetcher,
+) -> None:
+    buffered(
+        fetcher,
+        {
+            (lane_name(RETRY, "orders"), 0): 2,  # copies of a topic nobody pops here
+            (lane_name(RETRY, "kept"), 0): 1,  # popped here
+            (lane_name(RETRY, "drained"), 0): 0,  # nothing buffered
+            (lane_name(RETRY, UNTRUSTED), 0): 1,  # dead-lettered anyway
+        },
+    )
+    fetcher.topics = {"kept", RETRY}
+    assert fetcher.unpopped_origins() == ["orders"]
+    fetcher.deleted.add("orders")
+    assert fetcher.unpopped_origins() == []
