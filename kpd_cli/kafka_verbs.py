@@ -28,11 +28,17 @@ from kpd_client.cli_messages import UsageError
 KafkaVerb = Callable[[AdminClient, Settings, argparse.Namespace], int]
 
 
+def _common_flags() -> argparse.ArgumentParser:
+    """The flags every Kafka verb takes."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--bootstrap", help="Kafka bootstrap list (default: KPD_BOOTSTRAP)")
+    flags.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    return flags
+
+
 def add_kafka_verbs(commands: Any) -> None:
     """`topics` with its three verbs, to `kpd`'s sub-command parsers."""
-    bootstrap = argparse.ArgumentParser(add_help=False)
-    bootstrap.add_argument("--bootstrap", help="Kafka bootstrap list (default: KPD_BOOTSTRAP)")
-    bootstrap.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    bootstrap = _common_flags()
     topics = commands.add_parser("topics", help="create, list and describe Kafka topics")
     verbs = topics.add_subparsers(dest="topics_verb", required=True)
 
@@ -54,10 +60,10 @@ def add_kafka_verbs(commands: Any) -> None:
 def groups_list_parser() -> argparse.ArgumentParser:
     """`kpd groups list`: read apart from `kpd groups GROUP` (a sidecar's answer for one group)."""
     parser = argparse.ArgumentParser(
-        prog="kpd groups list", description="pop groups with their backlog, from Kafka"
+        prog="kpd groups list",
+        description="pop groups with their backlog, from Kafka",
+        parents=[_common_flags()],
     )
-    parser.add_argument("--bootstrap", help="Kafka bootstrap list (default: KPD_BOOTSTRAP)")
-    parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     parser.set_defaults(kafka_verb=pop_groups.listing)
     return parser
 
