@@ -58,3 +58,11 @@ def settle(group: str, call: str, receipts: Iterable[str], **item: Any) -> Call:
         else {"items": [{"receipt": r, **item} for r in receipts]}
     )
     return Call("POST", f"/v1/groups/{segment(group)}/{call}", body)
+
+
+def redrive(group: str, max_messages: int, topic: str | None) -> Call:
+    """Dead letters back to the group; resent safely: each goes back once whatever the calls."""
+    body: dict[str, Any] = {"max_messages": max_messages}
+    if topic is not None:
+        body["topic"] = topic
+    return Call("POST", f"/v1/groups/{segment(group)}/redrive", body)

@@ -5,6 +5,7 @@
     kpd pop GROUP TOPIC [--max N] [--wait-ms N] [--invisible-ms N]
     kpd ack|nack|reject GROUP RECEIPT...      kpd extend GROUP RECEIPT... --invisible-ms N
     kpd schedules get|cancel ID               kpd groups GROUP [--json]
+    kpd redrive GROUP [--max N] [--topic TOPIC]
 
 Results go to stdout (JSON lines; `groups` prints a table), errors to stderr. Exit codes: 0 all
 done; 1 kpd answered an error, could not be reached, or an item was not done (a per-item status
@@ -97,6 +98,11 @@ def add_verbs(commands: Any) -> None:
     schedules = verb("schedules", _schedules, "read or cancel a delayed message")
     schedules.add_argument("action", choices=["get", "cancel"])
     schedules.add_argument("id", type=_text)
+
+    redrive = verb("redrive", _redrive, "send a group's dead letters back to it")
+    redrive.add_argument("group", type=_text)
+    redrive.add_argument("--max", type=_count, default=10_000, help="at most (1..100000)")
+    redrive.add_argument("--topic", type=_text, help="only dead letters of this topic")
 
     groups = verb("groups", _groups, "a pop group's config and live stats")
     groups.add_argument("group", type=_text)
@@ -236,6 +242,11 @@ def _schedules(client: KpdClient, args: argparse.Namespace) -> int:
     else:
         client.cancel(schedule_id)
         _emit({"id": args.id, "state": "cancelled"})
+    return DONE
+
+
+def _redrive(client: KpdClient, args: argparse.Namespace) -> int:
+    _emit(client.redrive(args.group, args.max, args.topic))
     return DONE
 
 

@@ -249,6 +249,13 @@ class KpdClient(_Client):
     ) -> list[dict[str, Any]]:
         return self._settle(group, "reject", receipts, reason=reason)
 
+    def redrive(
+        self, group: str, max_messages: int = 10_000, topic: str | None = None
+    ) -> dict[str, int]:
+        """Up to `max_messages` of the group's dead letters (of `topic`'s only, if given) back
+        to the group: `{"moved", "remaining"}`."""
+        return dict(self._call(calls.redrive(group, max_messages, topic)))
+
 
 class AsyncKpdClient(_Client):
     """Asynchronous client for workers on asyncio: the pop-group calls."""

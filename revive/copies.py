@@ -14,8 +14,9 @@ The compiled core reads them (`kpd_core`): `provenance(record, retry_topic)` giv
 `previous_deliveries` (0 for an original, the copy's count for a retry) and `distrust`, why a
 retry copy cannot be trusted (then its origin is its own place). Trusted means: each header
 once; `kpd-origin-topic` a topic name; `kpd-origin-partition` a decimal in 0..2**31-1,
-`kpd-origin-offset` in 0..2**63-1, and `kpd-delivery-count` in 1..65534 (its next delivery's
-count must fit the ledger's 16 bits); decimals without sign, spaces or leading zeros.
+`kpd-origin-offset` in 0..2**63-1, and `kpd-delivery-count` in 0..65534 (0: a redriven dead
+letter, `revive.redrive`; the next delivery's count must fit the ledger's 16 bits); decimals
+without sign, spaces or leading zeros.
 """
 
 from __future__ import annotations

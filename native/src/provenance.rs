@@ -66,7 +66,8 @@ pub fn copied_from(headers: &[Header<'_>]) -> Result<Copied, String> {
         topic,
         partition: number(ORIGIN_PARTITION, 0, MAX_PARTITION)?,
         offset: number(ORIGIN_OFFSET, 0, MAX_OFFSET)?,
-        previous_deliveries: number(DELIVERY_COUNT, 1, MAX_DELIVERIES)?,
+        // 0: a redriven dead letter (`revive.redrive`), whose count starts over.
+        previous_deliveries: number(DELIVERY_COUNT, 0, MAX_DELIVERIES)?,
     })
 }
 
@@ -119,6 +120,18 @@ mod tests {
         assert_eq!(found.topic, "orders");
         assert_eq!((found.partition, found.offset), (3, MAX_OFFSET));
         assert_eq!(found.previous_deliveries, 2);
+    }
+
+    #[test]
+    fn a_redriven_copy_starts_over() {
+        let mut headers = copy(b"orders", b"0", b"7");
+        headers[1] = (DELIVERY_COUNT, Some(b"0"));
+        assert_eq!(copied_from(&headers).unwrap().previous_deliveries, 0);
+        headers[1] = (DELIVERY_COUNT, Some(b"65535"));
+        assert_eq!(
+            copied_from(&headers).unwrap_err(),
+            "kpd-delivery-count b'65535' is not a decimal in 0..65534"
+        );
     }
 
     #[test]
