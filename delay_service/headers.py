@@ -20,13 +20,15 @@ bytes. The rules:
 
 from __future__ import annotations
 
-import kpd_core
 from kpd_core import CancelRequest as CancelRequest
 from kpd_core import InvalidRecord as InvalidRecord
 from kpd_core import Limits as Limits
 from kpd_core import ScheduleRequest as ScheduleRequest
 from kpd_core import parse as parse
 
-# The names are the core's, so what it parses and what the rest of kpd writes cannot drift.
-TARGET, DELIVER_AT, DELAY_MS, ID, CANCEL = kpd_core.CONTROL_HEADERS
-CONTROL_HEADERS = frozenset(kpd_core.CONTROL_HEADERS)
+from foundation.wire import CANCEL as CANCEL
+from foundation.wire import CONTROL_HEADERS as CONTROL_HEADERS
+from foundation.wire import DELAY_MS as DELAY_MS
+from foundation.wire import DELIVER_AT as DELIVER_AT
+from foundation.wire import ID as ID
+from foundation.wire import TARGET as TARGET

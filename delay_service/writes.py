@@ -20,8 +20,8 @@ from foundation.clock import now_ms
 from foundation.config import Settings
 from foundation.delivery_log import Event, log_record
 from foundation.record_size import Header, copy_limit, fitted
+from foundation.wire import ERROR
 
-ERROR = "kpd-error"
 TRUNCATED_COPY_BYTES = 4096  # headers kept on a copy the invalid topic refused in full
 POSITION_EVERY = 64  # a step's state records whose offset it notes: the first, then one in 64
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from foundation.wire import TRUNCATED
+
 ENVELOPE_BYTES = 16 * 1024
 HEADER_FRAMING_BYTES = 8
-TRUNCATED = "kpd-truncated"
 
 Header = tuple[str, bytes | None]
 

@@ -157,6 +157,7 @@ class CancelRequest:
     def __init__(self, schedule_id: str) -> None: ...
 
 CONTROL_HEADERS: tuple[str, str, str, str, str]  # target, deliver-at, delay-ms, id, cancel
+COPY_HEADERS: tuple[str, str, str, str]  # delivery-count, origin-topic, -partition, -offset
 
 def parse(
     headers: Iterable[tuple[str, bytes | None]] | None,

@@ -18,8 +18,9 @@ from foundation.clock import now_ms
 from foundation.config import GroupSettings, Settings
 from foundation.delivery_log import Event
 from foundation.record_size import Header, copy_limit, fitted, record_bytes
+from foundation.wire import DELAY_MS, DLQ_REASON, TARGET
 from revive import metrics
-from revive.copies import DLQ_REASON, Origin, copy_headers, provenance
+from revive.copies import Origin, copy_headers, provenance
 from revive.fetcher import source_topic
 from revive.held_records import HeldRecords, Place
 from revive.pop_state import PopState
@@ -105,8 +106,8 @@ class Copier:
         assert group.retry_topic is not None
         if copy.delay_ms > 0:  # through the delay service: due later on the retry topic
             control: list[Header] = [
-                ("kpd-target", group.retry_topic.encode()),
-                ("kpd-delay-ms", str(copy.delay_ms).encode()),
+                (TARGET, group.retry_topic.encode()),
+                (DELAY_MS, str(copy.delay_ms).encode()),
             ]
             topic, headers = self._settings.buffer_topic, [*headers, *control]
         else:

@@ -25,24 +25,20 @@ from kpd_core import Origin as Origin
 from kpd_core import Provenance as Provenance
 from kpd_core import provenance as provenance
 
+from foundation.wire import (
+    DELIVER_AT,
+    DELIVERY_COUNT,
+    DLQ_REASON,
+    ID,
+    ORIGIN_OFFSET,
+    ORIGIN_PARTITION,
+    ORIGIN_TOPIC,
+)
 from revive.source_record import Header, SourceRecord
 
-DELIVERY_COUNT = "kpd-delivery-count"
-ORIGIN_TOPIC = "kpd-origin-topic"
-ORIGIN_PARTITION = "kpd-origin-partition"
-ORIGIN_OFFSET = "kpd-origin-offset"
-DLQ_REASON = "kpd-dlq-reason"
 # Headers kpd sets on copies; a copy of a copy replaces them instead of piling them up.
 KPD_HEADERS = frozenset(
-    {
-        DELIVERY_COUNT,
-        ORIGIN_TOPIC,
-        ORIGIN_PARTITION,
-        ORIGIN_OFFSET,
-        DLQ_REASON,
-        "kpd-id",
-        "kpd-deliver-at",
-    }
+    {DELIVERY_COUNT, ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET, DLQ_REASON, ID, DELIVER_AT}
 )
 
 

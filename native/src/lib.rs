@@ -321,6 +321,7 @@ fn kpd_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_buffer_headers::CancelRequest>()?;
     m.add_function(wrap_pyfunction!(py_buffer_headers::parse, m)?)?;
     m.add("CONTROL_HEADERS", buffer_headers::CONTROL_HEADERS)?;
+    m.add("COPY_HEADERS", provenance::COPY_HEADERS)?;
     m.add_function(wrap_pyfunction!(py_murmur2::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(py_murmur2::partition_of, m)?)?;
     m.add(

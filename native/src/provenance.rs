@@ -6,6 +6,12 @@ pub const DELIVERY_COUNT: &str = "kpd-delivery-count";
 pub const ORIGIN_TOPIC: &str = "kpd-origin-topic";
 pub const ORIGIN_PARTITION: &str = "kpd-origin-partition";
 pub const ORIGIN_OFFSET: &str = "kpd-origin-offset";
+pub const COPY_HEADERS: [&str; 4] = [
+    DELIVERY_COUNT,
+    ORIGIN_TOPIC,
+    ORIGIN_PARTITION,
+    ORIGIN_OFFSET,
+];
 pub const MAX_PARTITION: u64 = (1 << 31) - 1;
 pub const MAX_OFFSET: u64 = (1 << 63) - 1;
 pub const MAX_DELIVERIES: u64 = 0xFFFE; // a copy's count + 1 must fit the ledger's 16-bit counts
