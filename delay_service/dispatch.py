@@ -25,11 +25,17 @@ class Dispatch:
         schedule = self._writes.lookup(step, schedule_id)
         if schedule is None or schedule.state is not State.SCHEDULED:
             return
-        step.txn.begin()
+        if not step.txn.open:
+            step.txn.begin()
         tag = ("target", schedule_id)
         reason = self._writes.refused.get(tag)
-        if reason is None and not self._topics.exists(schedule.target):
-            reason = f"{TARGET} {schedule.target!r} no longer exists"
+        target = schedule.target
+        if reason is None:
+            exists = step.targets.get(target)  # asked once a step, not once a delivery
+            if exists is None:
+                exists = step.targets[target] = self._topics.exists(target)
+            if not exists:
+                reason = f"{TARGET} {target!r} no longer exists"
         at = now_ms()
         if reason is None:
             headers = [

@@ -64,7 +64,8 @@ class Ingest:
     def records(self, chunk: list[Message], step: Step) -> None:
         """Ingest buffer records in their order: each is parsed and routed first, the states
         of the ids this shard owns are read in one multi-get, then each one is applied."""
-        parsed = [self._parse(message) for message in chunk if message.error() is None]
+        targets = step.targets  # whether each target exists, asked once a step
+        parsed = [self._parse(message, targets) for message in chunk if message.error() is None]
         here = self._route.shard
         ids = [r[3].schedule_id for r in parsed if r[5] == here and not isinstance(r[3], str)]
         self._writes.prefetch(step, ids)
@@ -79,7 +80,7 @@ class Ingest:
             else:
                 self._schedule(request, message, timestamp_ms, placed, step)
 
-    def _parse(self, message: Message) -> Parsed:
+    def _parse(self, message: Message, targets: dict[str, bool]) -> Parsed:
         self._health.handling(message)
         _, timestamp_ms = message.timestamp()
         default_id = default_schedule_id(message.partition(), message.offset(), timestamp_ms)
@@ -92,8 +93,13 @@ class Ingest:
                 default_id,
                 self._limits,
             )
-            if isinstance(request, ScheduleRequest) and not self._topics.exists(request.target):
-                raise InvalidRecord(f"{TARGET} {request.target!r} does not exist")
+            if isinstance(request, ScheduleRequest):
+                target = request.target
+                exists = targets.get(target)
+                if exists is None:
+                    exists = targets[target] = self._topics.exists(target)
+                if not exists:
+                    raise InvalidRecord(f"{TARGET} {target!r} does not exist")
         except InvalidRecord as error:
             return message, timestamp_ms, default_id, str(error), None, self._route.shard
         if request.schedule_id is default_id:  # its own: placed by the partition just read

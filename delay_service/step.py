@@ -32,6 +32,7 @@ class Step:
         # (due, id) taken from the wheel: a redo puts them back.
         self.taken: list[tuple[int, str]] = []
         self.settled: set[Hashable] = set()  # verdicts of an earlier attempt this step settles
+        self.targets: dict[str, bool] = {}  # whether each target exists, asked once a step
         self._state_ends: dict[int, int] = {}  # schedules partition -> last offset seen written
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter as Tally
 from collections.abc import Sequence
+from functools import partial
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -103,5 +104,6 @@ def observe_all(histogram: Histogram, amounts: Sequence[float]) -> None:
         return
     histogram._sum.inc(sum(amounts))
     bounds = histogram._upper_bounds  # ascending, the last +Inf: `observe` takes the first >=
-    for bucket, count in Tally(bisect_left(bounds, a) for a in amounts).items():
+    # map and partial run in C: no Python call per amount, as a generator's resumption is.
+    for bucket, count in Tally(map(partial(bisect_left, bounds), amounts)).items():
         histogram._buckets[bucket].inc(count)

@@ -27,7 +27,7 @@ Place = tuple[str, int]  # topic, partition (-1: the producer's partitioner)
 class PlainRecords:
     def __init__(self) -> None:
         self._by_place: dict[Place, list[dict[str, Any]]] = {}
-        self._topics: set[str] = set()
+        self.topics: set[str] = set()  # those with records queued
         self._count = 0
 
     def add(
@@ -39,7 +39,7 @@ class PlainRecords:
         if callback is not None:
             record["callback"] = callback
         self._by_place.setdefault((topic, partition), []).append(record)
-        self._topics.add(topic)
+        self.topics.add(topic)
         self._count += 1
         return self._count >= SEND_EVERY
 
@@ -47,12 +47,9 @@ class PlainRecords:
         """Queue (key, value) records for the producer's partitioner; as `add` does."""
         queued = [{"key": key, "value": value} for key, value in records]
         self._by_place.setdefault((topic, -1), []).extend(queued)
-        self._topics.add(topic)
+        self.topics.add(topic)
         self._count += len(queued)
         return self._count >= SEND_EVERY
-
-    def holds(self, topic: str) -> bool:
-        return topic in self._topics
 
     def send(self, producer: Producer) -> KafkaError | None:
         """Hand every queued record to `producer`. Returns librdkafka's `_STATE` refusal if the
@@ -70,7 +67,7 @@ class PlainRecords:
         return None
 
     def clear(self) -> None:
-        self._by_place, self._topics, self._count = {}, set(), 0
+        self._by_place, self.topics, self._count = {}, set(), 0
 
 
 def _send(producer: Producer, place: Place, records: list[dict[str, Any]]) -> KafkaError | None:

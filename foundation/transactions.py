@@ -88,8 +88,9 @@ class Transaction:
         """Queue one record. With a `tag`, a refusal raises `RecordsRefused({tag: reason})` at
         once (client-side checks) or at `commit` (the broker's answer); without one, any error
         is an infrastructure fault."""
-        self.begin()
-        if self._plain.holds(topic):  # the topic's records stay in the order they were written
+        if not self.open:  # checked here, as in `add`: a burst produces every delivery
+            self.begin()
+        if topic in self._plain.topics:  # the topic's records stay in the order they were written
             self.send_added()
         if self._failed_early is not None:
             return  # the transaction will be aborted: nothing more is worth queueing
