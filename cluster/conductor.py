@@ -76,9 +76,8 @@ class Conductor:
         self._standby_skips: frozenset[int] = frozenset()
         self._caught_up_once = False
         # Roles asked to stop, by shard, with when they were asked, until they end. A revoked
-        # pop role stuck in a bounded Kafka call (`send_offsets_to_transaction`, 10 s) held up
-        # the start of every shard newly given here while the conductor waited for it
-        # ; now only its own shard waits, if it comes back.
+        # role stuck in a bounded Kafka call (10 s) holds up only its own shard, if it comes
+        # back, never the start of other shards given here.
         self._stopping: dict[int, list[tuple[Supervisor, float]]] = {}
         self._reconciles = 0  # how many reconciles have ended (`await_released` counts them)
 
@@ -156,7 +155,7 @@ class Conductor:
         Streams likewise closes a revoked task before it rejoins. Else an old role's fence sent
         late, a pop role's still starting, could land after the new owner's and fail its first
         commit. Two reconciles: the one running may have read the owned shards before the
-        revoke, and may even start their roles (a CI run's worker did, 0.5 s after the revoke);
+        revoke, and may even start their roles;
         `wake` starts the second at once (the conductor's loop waits up to 0.1 s otherwise)."""
         deadline = time.monotonic() + timeout_s
         seen = self._reconciles + 2

@@ -80,9 +80,9 @@ def _small_ascii_number(raw: str) -> bool:
 
 
 # Ports are picked below the kernel's ephemeral range (outgoing connections take their local
-# ports from it): a port picked there was taken by some outgoing connection before the sidecar
-# worker it was for could bind it (EADDRINUSE, a CI run), as a port the kernel hands out on a
-# bind to port 0 is from that range.
+# ports from it): a port picked there can be taken by an outgoing connection before the sidecar
+# worker it is for binds it (EADDRINUSE), as a port the kernel hands out on a bind to port 0 is
+# from that range.
 LOWEST_PORT = 10_000
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 

@@ -51,9 +51,8 @@ class ProducersInTurn:
     def init_transactions(self, timeout_s: float) -> None:
         """Fence every older producer of these ids (a previous owner's) and abort what it left
         open; only then may this role write. One fence of all of them: a role told to go checks
-        before the first id only, for once the first has fenced the previous owner, a start that
-        ended at the second left the shard with no writer (a release that came while the first
-        waited out the old owner's open transaction: 2.5 s late at the broker in a CI run)."""
+        before the first id only, since once the first has fenced the previous owner, a start
+        that ended at the second would leave the shard with no writer."""
         with self._fencing():
             for producer in self._producers:
                 producer.init_transactions(timeout_s)

@@ -197,9 +197,9 @@ class Supervisor:
         (the new owner's fence), then end instead of restarting; False if the role cannot (not
         made yet, or not a `HandsOver`), for the caller to stop it. A role still starting is
         released too, and learns it at once: one that has fenced the shard's previous writer
-        already finishes its start and delivers until fenced in turn; stopped instead, it left
-        the shard with no writer until the group gave it back and another start fenced it
-        (1.4 s in one CI run)."""
+        already finishes its start and delivers until fenced in turn; stopped instead, it would
+        leave the shard with no writer until the group gave it back and another start fenced
+        it."""
         role = self._starting
         if not isinstance(role, HandsOver):
             return False

@@ -192,9 +192,8 @@ class Transaction:
 
     def _flush(self) -> None:
         """Wait for the step's delivery reports, but not once one has said the transaction
-        failed: the abort that follows purges the rest, which librdkafka holds meanwhile until
-        the timeout. Every redo of a step with a refused record waited 10 s that way (a full
-        test run on a fresh clone, stop 40, timed out after three of them)."""
+        failed: the abort that follows purges the rest, which librdkafka would otherwise hold
+        until the timeout (10 s), making every redo of a step with a refused record wait."""
         deadline = time.monotonic() + self._timeout_s
         while self._producer.flush(FLUSH_SLICE_S) > 0:
             if self.refused or self._failure is not None or time.monotonic() >= deadline:

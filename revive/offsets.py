@@ -13,9 +13,9 @@ below the true watermark, which is safe: what a step settles is durable in its o
 records, and the replay floor follows the offsets as sent (`committed`), not as settled.
 
 Why a transaction of their own: the broker refuses the offsets of a topic deleted a moment ago
-(UNKNOWN_TOPIC_OR_PART), and that refusal fails the whole transaction. Inside a step's, it threw
-away the step and restarted the shard's pop service (10 s of pops waiting, CI of stop 39);
-here it costs only these offsets, sent again without the deleted topic's (`OffsetSender`).
+(UNKNOWN_TOPIC_OR_PART), and that refusal fails the whole transaction. Inside a step's, it would
+throw away the step and restart the shard's pop service, with its pops waiting meanwhile; here
+it costs only these offsets, sent again without the deleted topic's (`OffsetSender`).
 """
 
 from __future__ import annotations

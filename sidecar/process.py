@@ -175,8 +175,8 @@ class Sidecar:
     def _waiting_workers(self, ready_here: bool) -> int:
         """How many workers of this sidecar have not been ready yet. This one counts once ready
         in a settled group (`Owners.settled`): one counted between the two rounds of the
-        rebalance its joining began, holding nothing yet, let the sidecar say ready and then
-        took shards over (CI, stop 39)."""
+        rebalance its joining began holds nothing yet, and would let the sidecar say ready
+        before it takes shards over."""
         if self._started is None:
             return 0
         owners, membership = self._owners, self.membership
