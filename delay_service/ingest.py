@@ -70,7 +70,7 @@ class Ingest:
         ids = [r[3].schedule_id for r in parsed if r[5] == here and not isinstance(r[3], str)]
         self._writes.prefetch(step, ids)
         for message, timestamp_ms, default_id, request, placed, owner in parsed:
-            self._health.handling(message)
+            self._health.current = message
             if isinstance(request, str):
                 self._reject(message, default_id, request, step)
             elif owner != here:
@@ -81,7 +81,7 @@ class Ingest:
                 self._schedule(request, message, timestamp_ms, placed, step)
 
     def _parse(self, message: Message, targets: dict[str, bool]) -> Parsed:
-        self._health.handling(message)
+        self._health.current = message
         _, timestamp_ms = message.timestamp()
         default_id = default_schedule_id(message.partition(), message.offset(), timestamp_ms)
         try:

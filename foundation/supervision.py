@@ -53,7 +53,9 @@ class LoopHealth:
     def __init__(self, role: str, shard: int) -> None:
         self.role, self.shard = role, shard
         self.last_beat = time.monotonic()
-        self.current: Located | None = None  # the record in hand (for logs)
+        # The record in hand, for logs: set by a loop per record (an attribute, not a method: a
+        # call per record costs), spelled out only when a log names it (`record`).
+        self.current: Located | None = None
         self.running = False  # beats are expected only while the loop runs
         self.restarts: deque[float] = deque(maxlen=CRASH_LOOP_RESTARTS + 1)
         self.last_failure: str | None = None
@@ -105,10 +107,6 @@ class LoopHealth:
         finally:
             self.idle = False
             self.beat()
-
-    def handling(self, record: Located) -> None:
-        # Called per record: kept as it is, spelled out only when a log names it.
-        self.current = record
 
     @property
     def record(self) -> str | None:

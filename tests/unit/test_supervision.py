@@ -75,7 +75,7 @@ def test_watchdog_reports_a_quiet_loop_then_gives_up_once() -> None:
     quiet = watchdog.watch(LoopHealth("stuck", 3))
     busy = watchdog.watch(LoopHealth("busy", 3))
     quiet.running = busy.running = True
-    quiet.handling(Message(topic="orders", partition=1, offset=42))
+    quiet.current = Message(topic="orders", partition=1, offset=42)
     keep_beating = threading.Event()
 
     def beat() -> None:
