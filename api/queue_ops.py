@@ -24,9 +24,16 @@ from revive.redrive import RedriveRequest, redrive
 
 router = APIRouter(prefix="/v1/groups", tags=["queue operations"], responses=problems(*GUARDED))
 
-# What a redrive's producer raises once a newer redrive of the group has fenced it.
+# What a redrive's producer raises once a newer redrive of the group has fenced it: the fence
+# itself, or `_FATAL` from a produce after it (fencing is what makes a transactional producer
+# fail for good).
 _FENCED = frozenset(
-    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+    {
+        KafkaError._FENCED,
+        KafkaError._FATAL,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    }
 )
 
 

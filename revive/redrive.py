@@ -35,6 +35,9 @@ from revive.source_record import SourceRecord
 
 MOVED_PER_TRANSACTION = 500
 READ_BATCH = 500
+# A short wait per read: a partition that ends with a transaction marker is read to its end
+# without a record to return, which a longer wait would sit out in full.
+READ_WAIT_S = 0.1
 REDRIVEN_COUNT = 0  # the delivery count a redriven copy carries: its next pop is delivery 1
 
 
@@ -87,9 +90,12 @@ class _Run:
         position = RedrivePosition.decode(start, committed.metadata)
         self._consumer.assign([TopicPartition(self._dlq, partition, start)])
         in_transaction = 0
+        stalled_at = time.monotonic() + self._timeout_s
         while (at := self._position(tp, start)) < end:
-            messages = self._consumer.consume(READ_BATCH, self._timeout_s)
-            if not messages and self._position(tp, start) == at:
+            messages = self._consumer.consume(READ_BATCH, READ_WAIT_S)
+            if messages or self._position(tp, start) > at:
+                stalled_at = time.monotonic() + self._timeout_s
+            elif time.monotonic() > stalled_at:
                 raise TimeoutError(f"{self._dlq} [{partition}] not read within the Kafka timeout")
             for message in messages:
                 if message.error() is None and message.offset() < end:

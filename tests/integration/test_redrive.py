@@ -77,12 +77,14 @@ def test_a_topic_filter_leaves_the_other_dead_letters_for_a_later_redrive(
     leader = sidecar_factory("a", **FAST_GROUPS).start()
     group = unique("g")
     orders, refunds = new_topic(), new_topic()
+    produce(kafka_bootstrap, refunds, ["r0", "r1"])
+    produce(kafka_bootstrap, orders, ["o0", "o1"])
     with KpdClient(leader.url) as kpd:
-        for round_ in range(2):  # dead letters of both topics, interleaved in the DLQ
-            produce(kafka_bootstrap, refunds, [f"r{round_}"])
-            dead_letter(kpd, group, refunds, 1)
-            produce(kafka_bootstrap, orders, [f"o{round_}"])
-            dead_letter(kpd, group, orders, 1)
+        leased = {m.value: m.receipt for m in pop_until(kpd, group, refunds, 2)}
+        leased |= {m.value: m.receipt for m in pop_until(kpd, group, orders, 2)}
+        for value in (b"r0", b"o0", b"r1", b"o1"):  # interleaved in the DLQ
+            [result] = kpd.reject(group, [leased[value]], reason="bug")
+            assert result["status"] == "dead_lettered"
         assert kpd.redrive(group, topic=orders, max_messages=1) == {"moved": 1, "remaining": 1}
         assert kpd.redrive(group, topic=unique("none")) == {"moved": 0, "remaining": 0}
         assert kpd.redrive(group, topic=orders) == {"moved": 1, "remaining": 0}
@@ -167,6 +169,40 @@ def test_a_redrive_killed_midway_and_done_again_elsewhere_moves_each_once(
         answer = kpd.redrive(group, max_messages=100_000)
         assert 0 < answer["moved"] < count, answer  # a had moved some, not all
         assert answer["remaining"] == 0
+        assert kpd.redrive(group) == {"moved": 0, "remaining": 0}
+        values = popped_values(kpd, group, orders, count)
+    assert values == Counter(f"v{i}".encode() for i in range(count))
+
+
+def test_a_second_redrive_stops_the_first_and_each_goes_back_once(
+    sidecar_factory, new_topic, kafka_bootstrap
+) -> None:
+    count = 30_000
+    a = sidecar_factory("a", workers="1").start()
+    b = sidecar_factory("b", workers="1").start()
+    group, orders = unique("g"), new_topic()
+    produce(kafka_bootstrap, orders, ["first"])
+    with KpdClient(b.url) as kpd:
+        assert popped_values(kpd, group, orders, 1) == Counter([b"first"])
+    forged_dead_letters(kafka_bootstrap, a.dlq_topic(group), orders, count)
+    answers: list[httpx.Response] = []
+
+    def redrive_on_a() -> None:
+        with a.client() as http:
+            answers.append(http.post(f"/v1/groups/{group}/redrive", json={"max_messages": count}))
+
+    first = threading.Thread(target=redrive_on_a)
+    with TopicReader(kafka_bootstrap, a.retry_topic(group)) as retries:
+        first.start()
+        wait_for(lambda: retries.poll(0.05), 60, "the first redriven copies committed")
+        with KpdClient(b.url) as kpd:
+            second = kpd.redrive(group, max_messages=count)
+    first.join(60)
+    [stopped] = answers
+    assert stopped.status_code == 409, stopped.text
+    assert stopped.json()["code"] == "redrive_running"
+    assert 0 < second["moved"] < count and second["remaining"] == 0, second
+    with KpdClient(b.url) as kpd:
         assert kpd.redrive(group) == {"moved": 0, "remaining": 0}
         values = popped_values(kpd, group, orders, count)
     assert values == Counter(f"v{i}".encode() for i in range(count))
