@@ -142,17 +142,28 @@ def forged_dead_letters(bootstrap: str, dlq: str, origin: str, count: int) -> No
     assert producer.flush(30) == 0
 
 
-def test_a_redrive_killed_midway_and_done_again_elsewhere_moves_each_once(
-    sidecar_factory, new_topic, kafka_bootstrap
-) -> None:
-    count = 30_000
+def two_sidecars_and_dead_letters(
+    sidecar_factory, new_topic, kafka_bootstrap: str, count: int
+) -> tuple:
+    """Sidecars a and b (one worker each), a group that popped once on b (so its topics exist),
+    and `count` dead letters of its topic in its DLQ."""
     a = sidecar_factory("a", workers="1").start()
     b = sidecar_factory("b", workers="1").start()
     group, orders = unique("g"), new_topic()
     produce(kafka_bootstrap, orders, ["first"])
     with KpdClient(b.url) as kpd:
-        assert popped_values(kpd, group, orders, 1) == Counter([b"first"])  # the group's topics
+        assert popped_values(kpd, group, orders, 1) == Counter([b"first"])
     forged_dead_letters(kafka_bootstrap, a.dlq_topic(group), orders, count)
+    return a, b, group, orders
+
+
+def test_a_redrive_killed_midway_and_done_again_elsewhere_moves_each_once(
+    sidecar_factory, new_topic, kafka_bootstrap
+) -> None:
+    count = 30_000
+    a, b, group, orders = two_sidecars_and_dead_letters(
+        sidecar_factory, new_topic, kafka_bootstrap, count
+    )
 
     def redrive_on_a() -> None:  # the connection ends with the process
         with contextlib.suppress(httpx.TransportError), a.client() as http:
@@ -178,13 +189,9 @@ def test_a_second_redrive_stops_the_first_and_each_goes_back_once(
     sidecar_factory, new_topic, kafka_bootstrap
 ) -> None:
     count = 30_000
-    a = sidecar_factory("a", workers="1").start()
-    b = sidecar_factory("b", workers="1").start()
-    group, orders = unique("g"), new_topic()
-    produce(kafka_bootstrap, orders, ["first"])
-    with KpdClient(b.url) as kpd:
-        assert popped_values(kpd, group, orders, 1) == Counter([b"first"])
-    forged_dead_letters(kafka_bootstrap, a.dlq_topic(group), orders, count)
+    a, b, group, orders = two_sidecars_and_dead_letters(
+        sidecar_factory, new_topic, kafka_bootstrap, count
+    )
     answers: list[httpx.Response] = []
 
     def redrive_on_a() -> None:
