@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp
 
-from api import health, messages, pop, queue_ops, schedules
+from api import health, messages, pop, queue_ops, schedules, seek
 from api.auth import DOCS_ASSETS, BearerAuth
 from api.body_limit import BodyLimit
 from api.hot_routes import HotRoutes
@@ -48,6 +48,7 @@ def create_app(node: Node) -> ASGIApp:
     app.include_router(schedules.router)
     app.include_router(pop.router)
     app.include_router(queue_ops.router)
+    app.include_router(seek.router)
     token = settings.api_token
     document(app, token_required=token is not None)
     limited = BodyLimit(

@@ -18,8 +18,8 @@ from typing import Any
 
 from api.forwarding import forward, segment
 from api.node import Node
-from api.problems import Problem, leadership_moving
-from api.shard_answers import shard_answer
+from api.problems import Problem
+from api.shard_answers import shard_answer, shard_route
 from revive.fetcher import source_topic
 from revive.receipt import InvalidReceipt, Receipt
 from revive.requests import SettleRequest
@@ -67,18 +67,16 @@ def _calls(
     remote: dict[str, list[Item]] = {}
     calls: list[tuple[list[Item], Awaitable[list[dict[str, Any]]]]] = []
     for shard, shard_items in by_shard.items():
-        service = node.pop_service(shard)
-        if service is not None:
-            request = SettleRequest(kind, group, [(t, r, a) for _, t, r, a in shard_items])
-            calls.append((shard_items, shard_answer(service.settle(request))))
-        elif owners.get(shard) == node.url:  # led here: its pop role is (re)starting
-            moving = leadership_moving("leader_starting", f"shard {shard}'s pop service starts")
+        try:
+            route = shard_route(node, shard, local, owners)
+        except Problem as moving:
             calls.append((shard_items, _refused(moving)))
-        elif local or shard not in owners:
-            moving = leadership_moving("no_leader", f"no sidecar leads shard {shard} now")
-            calls.append((shard_items, _refused(moving)))
+            continue
+        if isinstance(route, str):
+            remote.setdefault(route, []).extend(shard_items)
         else:
-            remote.setdefault(owners[shard], []).extend(shard_items)
+            request = SettleRequest(kind, group, [(t, r, a) for _, t, r, a in shard_items])
+            calls.append((shard_items, shard_answer(route.settle(request))))
     for url, url_items in remote.items():
         body = _body(kind, [(t, a) for _, t, _, a in url_items])
         answer = forward(node, kind, url, f"/v1/groups/{segment(group)}/{kind}", body)

@@ -6,7 +6,9 @@ import asyncio
 from concurrent.futures import Future
 from typing import Any
 
+from api.node import Node
 from api.problems import Problem, leadership_moving
+from revive.service import PopService
 
 # How long a call waits for this worker's shards, all it asks together (`api.pop_router`): a Kafka
 # commit or the fetchers of a shard just taken over can take many seconds with a slow broker. Below
@@ -29,3 +31,17 @@ async def shard_answer(future: Future[Any], timeout_s: float = ANSWER_TIMEOUT_S)
 
 def busy() -> Problem:
     return Problem(503, "leader_busy", "the pop service did not answer in time")
+
+
+def shard_route(node: Node, shard: int, local: bool, owners: dict[int, str]) -> PopService | str:
+    """Who serves a call for `shard`: its pop service here, or the address of its owner
+    elsewhere (`owners`: `Node.routes()`); a 503 when neither can now, or when a forwarded
+    (`local`) call finds it led elsewhere."""
+    service = node.pop_service(shard)
+    if service is not None:
+        return service
+    if owners.get(shard) == node.url:  # led here: its pop role is (re)starting
+        raise leadership_moving("leader_starting", f"shard {shard}'s pop service starts")
+    if local or shard not in owners:
+        raise leadership_moving("no_leader", f"no sidecar leads shard {shard} now")
+    return owners[shard]

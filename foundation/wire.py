@@ -14,6 +14,8 @@ TARGET, DELIVER_AT, DELAY_MS, ID, CANCEL = kpd_core.CONTROL_HEADERS
 CONTROL_HEADERS = frozenset(kpd_core.CONTROL_HEADERS)
 # A retry or dead-letter copy of a popped message: how often it was delivered, and its origin.
 DELIVERY_COUNT, ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET = kpd_core.COPY_HEADERS
+# Which seek of its origin topic the copied delivery came after (`revive.seek_stamps`).
+ORIGIN_SEEK = "kpd-origin-seek"
 DLQ_REASON = "kpd-dlq-reason"  # why a dead letter is one
 ERROR = "kpd-error"  # why a buffer record was invalid, on its copy in the invalid topic
 TRUNCATED = "kpd-truncated"  # what a copy too large for its topic lost (`foundation.record_size`)

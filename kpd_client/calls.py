@@ -66,3 +66,9 @@ def redrive(group: str, max_messages: int, topic: str | None) -> Call:
     if topic is not None:
         body["topic"] = topic
     return Call("POST", f"/v1/groups/{segment(group)}/redrive", body)
+
+
+def seek(group: str, topic: str, to: str | None, time_ms: int | None) -> Call:
+    """The group's position in `topic`: an end (`to`) or a time; resent safely."""
+    body: dict[str, Any] = {"to": to} if to is not None else {"time_ms": time_ms}
+    return Call("POST", f"/v1/groups/{segment(group)}/topics/{segment(topic)}/seek", body)

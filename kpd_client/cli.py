@@ -6,6 +6,7 @@
     kpd ack|nack|reject GROUP RECEIPT...      kpd extend GROUP RECEIPT... --invisible-ms N
     kpd schedules get|cancel ID               kpd groups GROUP [--json]
     kpd redrive GROUP [--max N] [--topic TOPIC]
+    kpd seek GROUP TOPIC --to earliest|latest | --time-ms T
 
 Results go to stdout (JSON lines; `groups` prints a table), errors to stderr. Exit codes: 0 all
 done; 1 kpd answered an error, could not be reached, or an item was not done (a per-item status
@@ -103,6 +104,13 @@ def add_verbs(commands: Any) -> None:
     redrive.add_argument("group", type=_text)
     redrive.add_argument("--max", type=_count, default=10_000, help="at most (1..100000)")
     redrive.add_argument("--topic", type=_text, help="only dead letters of this topic")
+
+    seek = verb("seek", _seek, "move a group's position in a topic (--to latest purges)")
+    seek.add_argument("group", type=_text)
+    seek.add_argument("topic", type=_text)
+    target = seek.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to", choices=["earliest", "latest"])
+    target.add_argument("--time-ms", type=_count, help="the first message at or after (epoch ms)")
 
     groups = verb("groups", _groups, "a pop group's config and live stats")
     groups.add_argument("group", type=_text)
@@ -247,6 +255,12 @@ def _schedules(client: KpdClient, args: argparse.Namespace) -> int:
 
 def _redrive(client: KpdClient, args: argparse.Namespace) -> int:
     _emit(client.redrive(args.group, args.max, args.topic))
+    return DONE
+
+
+def _seek(client: KpdClient, args: argparse.Namespace) -> int:
+    for position in client.seek(args.group, args.topic, args.to, args.time_ms):
+        _emit(position)
     return DONE
 
 

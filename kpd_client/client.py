@@ -256,6 +256,15 @@ class KpdClient(_Client):
         to the group: `{"moved", "remaining"}`."""
         return dict(self._call(calls.redrive(group, max_messages, topic)))
 
+    def seek(
+        self, group: str, topic: str, to: str | None = None, time_ms: int | None = None
+    ) -> list[dict[str, int]]:
+        """Move the group's position in every partition of `topic`: `to="earliest"`,
+        `to="latest"` (purge), or `time_ms`: the first message at or after that time. Earlier
+        messages are never handed out again; their receipts answer `superseded`, their pending
+        retries are dropped. The new `[{"partition", "offset"}]`."""
+        return list(self._call(calls.seek(group, topic, to, time_ms))["partitions"])
+
 
 class AsyncKpdClient(_Client):
     """Asynchronous client for workers on asyncio: the pop-group calls."""

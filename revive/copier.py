@@ -11,6 +11,7 @@ payload is written truncated (`foundation.record_size.fitted`), never not at all
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import structlog
 
@@ -33,15 +34,21 @@ log = structlog.get_logger(__name__)
 
 class Copier:
     def __init__(
-        self, settings: Settings, state: PopState, reader: OffsetReader, held: HeldRecords
+        self,
+        settings: Settings,
+        state: PopState,
+        reader: OffsetReader,
+        held: HeldRecords,
+        stamp: Callable[[str, str], int],  # (group, origin topic) -> its latest seek's stamp
     ) -> None:
         self._settings, self._state, self._reader, self._held = settings, state, reader, held
+        self._stamp = stamp
         self._limit = copy_limit(settings.max_record_bytes)
 
     def write(self, step: PopStep) -> None:
         if not step.copies:
             return
-        found = self._records(step.copies)
+        found = self.records([(copy.key, copy.offset) for copy in step.copies])
         now = now_ms()
         for copy in step.copies:
             record = found.get((copy.key, copy.offset))
@@ -51,7 +58,8 @@ class Copier:
             group = self._settings.group(copy.key[0])
             assert group.retry_topic is not None
             origin = provenance(record, group.retry_topic).origin
-            headers = copy_headers(record, origin, copy.delivery_count)
+            stamp = self._stamp(copy.key[0], origin.topic)
+            headers = copy_headers(record, origin, copy.delivery_count, stamp)
             reason = copy.dead_letter_reason or self._too_large_to_retry(record, headers)
             if reason is not None and copy.answer is not None:
                 copy.answer["status"] = "dead_lettered"  # the caller learns what really happened
@@ -60,18 +68,18 @@ class Copier:
             else:
                 self._dead_letter(step, group, record, (origin, headers), copy, reason, now)
 
-    def _records(self, copies: list[Copy]) -> dict[Place, SourceRecord]:
-        """The records to copy that still exist: held ones if still in their partition (one
-        watermark look per partition: a record deleted since it was leased is gone), the others
-        read back from Kafka."""
+    def records(self, places: list[Place]) -> dict[Place, SourceRecord]:
+        """The leased records at `places` that still exist: held ones if still in their
+        partition (one watermark look per partition: a record deleted since it was leased is
+        gone), the others read back from Kafka."""
         found: dict[Place, SourceRecord] = {}
         held_in: dict[tuple[str, int], list[Place]] = defaultdict(list)
         wanted: dict[tuple[str, int, int], list[Place]] = defaultdict(list)
-        for copy in copies:
-            place = (copy.key, copy.offset)
+        for place in places:
+            key, offset = place
             record = self._held.get(*place)
             if record is None:
-                wanted[(source_topic(copy.key[1]), copy.key[2], copy.offset)].append(place)
+                wanted[(source_topic(key[1]), key[2], offset)].append(place)
             else:
                 found[place] = record
                 held_in[(record.topic, record.partition)].append(place)

@@ -32,13 +32,18 @@ from foundation.wire import (
     ID,
     ORIGIN_OFFSET,
     ORIGIN_PARTITION,
+    ORIGIN_SEEK,
     ORIGIN_TOPIC,
 )
+from revive import seek_stamps
 from revive.source_record import Header, SourceRecord
 
 # Headers kpd sets on copies; a copy of a copy replaces them instead of piling them up.
 KPD_HEADERS = frozenset(
-    {DELIVERY_COUNT, ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET, DLQ_REASON, ID, DELIVER_AT}
+    {
+        *(DELIVERY_COUNT, ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET, ORIGIN_SEEK),
+        *(DLQ_REASON, ID, DELIVER_AT),
+    }
 )
 
 
@@ -46,12 +51,16 @@ def user_headers(record: SourceRecord) -> list[Header]:
     return [(n, v) for n, v in record.headers if n not in KPD_HEADERS]
 
 
-def copy_headers(record: SourceRecord, origin: Origin, delivery_count: int) -> list[Header]:
-    """The headers of a retry or dead-letter copy: the user's, and kpd's bookkeeping."""
+def copy_headers(
+    record: SourceRecord, origin: Origin, delivery_count: int, stamp: int = 0
+) -> list[Header]:
+    """The headers of a retry or dead-letter copy: the user's, and kpd's bookkeeping (`stamp`:
+    the latest seek of the origin topic its maker knew, `revive.seek_stamps`)."""
     return [
         *user_headers(record),
         (DELIVERY_COUNT, str(delivery_count).encode()),
         (ORIGIN_TOPIC, origin.topic.encode()),
         (ORIGIN_PARTITION, str(origin.partition).encode()),
         (ORIGIN_OFFSET, str(origin.offset).encode()),
+        *seek_stamps.header(stamp),
     ]

@@ -22,6 +22,7 @@ from kpd_core import lane_name as lane_name  # the face of lane names for the re
 from kpd_core import lane_runs
 
 from foundation.kafka_clients import consume_ready, state_consumer
+from revive import seek_stamps
 from revive.copies import Provenance
 from revive.source_record import SourceRecord
 
@@ -74,6 +75,9 @@ class GroupFetcher:
         self.deleted: set[str] = set()
         self.assignment: list[TopicPartition] = []
         self.committed: dict[tuple[str, int], int] = {}  # the group's offsets when assigned
+        # The latest seek of each origin topic (`revive.seek_stamps`): older retry copies of
+        # its messages are dropped unread.
+        self.seek_stamps: dict[str, int] = {}
         self._lanes: dict[LaneKey, deque[Fetched]] = {}
         self._by_origin: dict[str, list[LaneKey]] = {}  # origin topic -> its lanes
         self._buffered: dict[tuple[str, int], int] = {}
@@ -89,13 +93,17 @@ class GroupFetcher:
         if not new:
             return
         metadata = self.consumer.list_topics(timeout=timeout_s)
-        partitions = [
-            TopicPartition(t, p)
-            for t in new
-            for p in sorted(metadata.topics[t].partitions)
-            if self._owns(t, p)
-        ]
-        committed = self.consumer.committed(partitions, timeout=timeout_s)
+        partitions = [TopicPartition(t, p) for t in new for p in metadata.topics[t].partitions]
+        # Every partition's, not only those read here: each may carry the topic's latest seek.
+        every = self.consumer.committed(partitions, timeout=timeout_s)
+        if topic != self.retry_topic:
+            self.raise_stamp(
+                topic, seek_stamps.of_committed([tp for tp in every if tp.topic == topic])
+            )
+        committed = sorted(
+            (tp for tp in every if self._owns(tp.topic, tp.partition)),
+            key=lambda tp: (tp.topic, tp.partition),
+        )
         start = [
             TopicPartition(
                 tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
@@ -106,6 +114,33 @@ class GroupFetcher:
         self.consumer.incremental_assign(start)
         self.assignment.extend(start)
         self.topics.update(new)
+
+    def raise_stamp(self, topic: str, stamp: int) -> None:
+        """`topic` was sought under `stamp` (if later than the one known): drop the retry copies
+        buffered here that were made before."""
+        if stamp <= self.seek_stamps.get(topic, 0):
+            return
+        self.seek_stamps[topic] = stamp
+        for key in self._by_origin.get(topic, ()):
+            lane = self._lanes.get(key)
+            if "/" in key[0] and lane:
+                kept = deque(pair for pair in lane if seek_stamps.of_record(pair[0]) >= stamp)
+                self._lanes[key] = kept  # one reference swap: readers elsewhere see either
+                record = lane[0][0]
+                self._count((record.topic, record.partition), len(kept) - len(lane))
+
+    def reposition(self, topic: str, partition: int, offset: int) -> None:
+        """Read `partition` of `topic` from `offset` on (a seek), with nothing of it buffered."""
+        tp = (topic, partition)
+        lane = self._lanes.get((topic, partition))
+        if lane:
+            self._lanes[(topic, partition)] = deque()
+        self.consumer.incremental_unassign([TopicPartition(topic, partition)])
+        self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+        self.committed[tp] = offset
+        for held in (self._buffered, self._handed):
+            held.pop(tp, None)
+        self._paused.discard(tp)
 
     def partitions_of(self, topic: str) -> list[tuple[str, int]]:
         """The partitions this shard reads for pops of `topic`: its own and the retry topic's."""
@@ -152,8 +187,11 @@ class GroupFetcher:
             floor = self._last_leased(key)  # leased before a restart: the ledger has it
             if run[0][0].offset <= floor:
                 run = [pair for pair in run if pair[0].offset > floor]
-                if not run:
-                    continue
+            stamp = self.seek_stamps.get(origin, 0)
+            if stamp and "/" in lane:  # retry copies made before the origin's latest seek
+                run = [pair for pair in run if seek_stamps.of_record(pair[0]) >= stamp]
+            if not run:
+                continue
             fetched = self._lanes.get(key)
             if fetched is None:
                 fetched = self._lanes[key] = deque()

@@ -67,6 +67,11 @@ class GroupFetchers:
         fetcher = self.by_group.get(group)
         return 0 if fetcher is None else fetcher.available(topic)
 
+    def seek_stamp(self, group: str, topic: str) -> int:
+        """The latest seek of (group, topic) known here (`revive.seek_stamps`)."""
+        fetcher = self.by_group.get(group)
+        return 0 if fetcher is None else fetcher.seek_stamps.get(topic, 0)
+
     def worth_asking(self, group: str, topic: str) -> bool:
         """Would a pop of (group, topic) find something here: records in the lanes, or read and
         not yet moved into them (the service moves them as it serves the pop)?"""

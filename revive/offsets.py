@@ -30,6 +30,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.transactions import Transaction
+from revive import seek_stamps
 from revive.fetcher import GroupFetcher, source_topic
 from revive.pop_state import LedgerKey, PopState
 from revive.reader import GONE
@@ -158,7 +159,9 @@ class OffsetCommitter:
             for tp in fetcher.assignment:
                 mark = self._low_watermark(group, fetcher, tp.topic, tp.partition)
                 if mark is not None and self._sent.get((group, tp.topic, tp.partition)) != mark:
-                    offsets.append(TopicPartition(tp.topic, tp.partition, mark))
+                    # A sought topic's offsets keep its latest seek (`revive.seek_stamps`).
+                    stamp = fetcher.seek_stamps.get(tp.topic, 0)
+                    offsets.append(seek_stamps.offset(tp.topic, tp.partition, mark, stamp))
             if offsets:  # only when a watermark moved: each send costs a broker round trip
                 metadata = fetcher.consumer.consumer_group_metadata()
                 batch.append(GroupOffsets(group, offsets, metadata))

@@ -23,7 +23,7 @@ from foundation.clock import now_ms
 from foundation.shards import ShardMap
 from revive.fetcher import source_topic
 from revive.ledger import PartitionLedger
-from revive.records import CheckpointRecord, StateRecord, apply
+from revive.records import CheckpointRecord, SeekRecord, StateRecord, apply
 
 log = structlog.get_logger(__name__)
 
@@ -54,6 +54,10 @@ class PopState:
                 ledger = self.ledgers[key] = PartitionLedger(record.offsets[0])
             self.last_leased[key] = record.offsets[-1]
             self.next_checkpoint = max(self.next_checkpoint, record.checkpoint_id + 1)
+        elif isinstance(record, SeekRecord):
+            if ledger is None:
+                ledger = self.ledgers[key] = PartitionLedger(record.offset)
+            self.last_leased[key] = record.offset - 1  # pops go on from the new position
         if ledger is None:
             return "invalid"  # its checkpoint fell out of retention: nothing left to settle
         return apply(ledger, record)

@@ -5,6 +5,8 @@ docs/principles.md, 1: every lease change is first a record in a kpd state topic
 * ``CheckpointRecord``: a pop batch was leased (``PartitionLedger.open_checkpoint``).
 * ``AckRecord``: one delivery ended (ack, nack, reject, revive) with an ``Outcome``.
 * ``DeadlineRecord``: one lease's deadline was changed.
+* ``SeekRecord``: the group's position in the partition moved (`revive.seek`): every open lease
+  ended, and pops go on from the new offset.
 
 Encoding: msgpack array ``[version, kind, group, topic, partition, checkpoint_id, ...]``. Offsets
 are stored as the first offset plus deltas, and a contiguous batch as the first offset plus its
@@ -37,6 +39,7 @@ _KIND_CHECKPOINT = 1
 _KIND_ACK = 2
 _KIND_DEADLINE = 3
 _KIND_BATCH = 4
+_KIND_SEEK = 5
 
 LedgerKey = tuple[str, str, int]  # (group, source topic, partition)
 
@@ -75,6 +78,7 @@ _CHECKPOINT_SHAPES = frozenset(
     (str, str, int, int, int, offsets, list, int, int) for offsets in (int, list)
 )
 _SETTLED_SHAPES = frozenset({(str, str, int, int, int, int, int)})  # ack and deadline records
+_SEEK_SHAPES = frozenset({(str, str, int, int, int)})
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 
 
@@ -191,7 +195,22 @@ class DeadlineRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
         )
 
 
-StateRecord = CheckpointRecord | AckRecord | DeadlineRecord
+class SeekRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
+    """The group's position in the partition moved to ``offset`` at ``at_ms``."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    at_ms: int
+
+    def to_bytes(self) -> bytes:
+        if self.offset < 0:
+            raise ValueError("a seek record needs an offset >= 0")
+        return _pack(_KIND_SEEK, [self.group, self.topic, self.partition, self.offset, self.at_ms])
+
+
+StateRecord = CheckpointRecord | AckRecord | DeadlineRecord | SeekRecord
 
 
 def decode_record(data: bytes) -> StateRecord:
@@ -215,6 +234,11 @@ def decode_record(data: bytes) -> StateRecord:
     if kind == _KIND_DEADLINE:
         _check(f, _SETTLED_SHAPES, "deadline")
         return DeadlineRecord(*f)
+    if kind == _KIND_SEEK:
+        _check(f, _SEEK_SHAPES, "seek")
+        if f[3] < 0:
+            raise InvalidStateRecord(f"seek record offset {f[3]} is below 0")
+        return SeekRecord(*f)
     raise InvalidStateRecord(f"unknown state record kind {kind!r}")
 
 
@@ -245,6 +269,9 @@ def apply(ledger: PartitionLedger, record: StateRecord) -> str:
         if record.outcome is Outcome.ACKED:
             return ledger.ack(record.checkpoint_id, record.offset, record.at_ms)
         return ledger.settle(record.checkpoint_id, record.offset, record.outcome)
+    if isinstance(record, SeekRecord):
+        ledger.seek(record.offset)
+        return "ok"
     return ledger.change_deadline(
         record.checkpoint_id, record.offset, record.deadline_ms, record.at_ms
     )
@@ -256,8 +283,11 @@ def replay(records: Iterable[StateRecord]) -> dict[LedgerKey, PartitionLedger]:
     for record in records:
         ledger = ledgers.get(record.key)
         if ledger is None:
-            if not isinstance(record, CheckpointRecord):
+            if isinstance(record, SeekRecord):
+                ledger = ledgers[record.key] = PartitionLedger(record.offset)
+            elif not isinstance(record, CheckpointRecord):
                 continue  # its checkpoint fell out of retention: nothing left to settle
-            ledger = ledgers[record.key] = PartitionLedger(record.offsets[0])
+            else:
+                ledger = ledgers[record.key] = PartitionLedger(record.offsets[0])
         apply(ledger, record)
     return ledgers

@@ -29,6 +29,7 @@ from foundation.kafka_clients import (
     state_consumer,
     transactional_producer,
 )
+from revive import seek_stamps
 from revive.copies import copy_headers, provenance
 from revive.redrive_position import RedrivePosition
 from revive.source_record import SourceRecord
@@ -67,6 +68,9 @@ class _Run:
         self._producer: Producer = transactional_producer(producer_config(settings), name)
         self._open = False  # a transaction is begun
         self._consumer: Consumer = state_consumer(base_config(settings), name)
+        # The pop group's own offsets: the seek stamp of each origin (`revive.seek_stamps`).
+        self._offsets: Consumer = state_consumer(base_config(settings), request.group)
+        self._stamps: dict[str, int] = {}
         self.answer = Redriven()
 
     def run(self) -> Redriven:
@@ -79,6 +83,7 @@ class _Run:
             return self.answer
         finally:
             self._consumer.close()
+            self._offsets.close()
             release_producer(self._producer)
 
     def _partition(self, partition: int) -> None:
@@ -130,7 +135,11 @@ class _Run:
         if not self._open:
             self._producer.begin_transaction()
             self._open = True
-        headers = copy_headers(record, origin, REDRIVEN_COUNT)
+        stamp = self._stamps.get(origin.topic)
+        if stamp is None:  # a copy older than the origin's latest seek would be dropped unread
+            stamp = seek_stamps.committed_stamp(self._offsets, origin.topic, self._timeout_s)
+            self._stamps[origin.topic] = stamp
+        headers = copy_headers(record, origin, REDRIVEN_COUNT, stamp)
         self._producer.produce(self._retry, record.value, record.key, headers=headers)
         record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
         event = log_record(

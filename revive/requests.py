@@ -29,6 +29,19 @@ class SettleRequest:
 
 
 @dataclass
+class SeekRequest:
+    """Move the group's position in every partition of `topic` this shard serves: to the
+    `to` end ("earliest" or "latest"), or to the first offset at or after `time_ms`; `stamp`
+    is the seek's (`revive.seek_stamps`)."""
+
+    group: str
+    topic: str
+    to: str | None
+    time_ms: int | None
+    stamp: int
+
+
+@dataclass
 class Look:
     """Move what the fetchers have into the lanes, and answer None: the lanes are read after
     (group stats), while a shard with no pop to serve may not have looked for a while."""

@@ -50,7 +50,8 @@ from revive.pop_step import PopStep, Unwritten
 from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
-from revive.requests import Look, PopRequest, SettleRequest
+from revive.requests import Look, PopRequest, SeekRequest, SettleRequest
+from revive.seek import Seeker
 from revive.settle import Settler
 from revive.stats import group_stats
 from revive.wake_times import FLOOR_EVERY_S, WakeTimes
@@ -111,12 +112,15 @@ class PopService:
         self._held_bytes = metrics.HELD_BYTES.labels(str(shard))
         self._leaser = Leaser(settings, self.state, deps.codec, self._held)
         self._settler = Settler(settings, self.state)
-        self._copier = Copier(settings, self.state, self._reader, self._held)
         self._offsets = OffsetCommitter(self.state)
         self._fetchers = GroupFetchers(
             settings, (deps.client_config, deps.admin), (deps.shards, shard), self.state,
             self._topic_cache, self._inbox.wake,
         )  # fmt: skip
+        self._copier = Copier(
+            settings, self.state, self._reader, self._held, self._fetchers.seek_stamp
+        )
+        self._seeker = Seeker(self.state, self._copier, self._offsets, self._timeout_s)
         self._deleted = DeletedTopics(self._fetchers, self.state, self._unwritten, self._offsets)
         self._offset_sender = OffsetSender(
             self._producers, self._timeout_s, self._topic_cache.exists_now
@@ -134,6 +138,10 @@ class PopService:
         return self.lease(group, topic, 0, 1_000)  # any valid lease time: none is made
 
     def settle(self, request: SettleRequest) -> Future[Any]:
+        return self._inbox.submit(request)
+
+    def seek(self, request: SeekRequest) -> Future[Any]:
+        """Move the group's position in the topic's partitions served here (`revive.seek`)."""
         return self._inbox.submit(request)
 
     def reads(self, group: str, topic: str) -> bool:
@@ -220,6 +228,8 @@ class PopService:
         for request, future in requests:
             if isinstance(request, PopRequest):
                 self._pop(request, future, step)
+            elif isinstance(request, SeekRequest):
+                self._seek(request, future, step)
             elif isinstance(request, Look):
                 step.answers.append((future, None))
             else:
@@ -318,3 +328,13 @@ class PopService:
             future.set_exception(error)
             return
         step.answers.append((future, self._leaser.lease(request, fetcher, step)))
+
+    def _seek(self, request: SeekRequest, future: Future[Any], step: PopStep) -> None:
+        try:  # the group's fetcher and the new offsets: nothing has changed yet
+            fetcher = self._fetchers.for_pop(request.group, request.topic)
+            moved = self._seeker.positions(fetcher, request)
+        except Exception as error:
+            future.set_exception(error)
+            return
+        self._wakes.floors_may_move()
+        step.answers.append((future, self._seeker.seek(request, fetcher, moved, step)))

@@ -420,3 +420,18 @@ def two_free_ports() -> int:
                 return base
         except OSError:
             continue
+
+
+def describe_group(java: str, release: Any, bootstrap: str, group: str) -> list[dict[str, str]]:
+    """Kafka's own `kafka-consumer-groups --describe` of `group` (`release`: a KafkaRelease):
+    one row per partition, by column name."""
+    classpath, main = release.consumer_group_command()
+    result = subprocess.run(
+        [java, "-cp", classpath, main, "--bootstrap-server", bootstrap, "--describe",
+         "--group", group],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines() if line.strip()]
+    header = next(i for i, words in enumerate(lines) if words[:2] == ["GROUP", "TOPIC"])
+    return [dict(zip(lines[header], words, strict=True)) for words in lines[header + 1 :]]

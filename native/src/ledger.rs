@@ -115,6 +115,7 @@ pub struct Ledger {
     retained: VecDeque<Checkpoint>, // dropped ones that requeued something: late acks read superseded
     retain_settled: usize,
     scans: u64,
+    superseded_through: Option<u64>, // the last checkpoint id before a seek: its receipts are over
 }
 
 fn find(checkpoints: &VecDeque<Checkpoint>, id: u64) -> Option<usize> {
@@ -132,6 +133,7 @@ impl Ledger {
             retained: VecDeque::new(),
             retain_settled,
             scans: 0,
+            superseded_through: None,
         }
     }
 
@@ -206,8 +208,12 @@ impl Ledger {
                 .index(offset)
                 .map_or(Status::Invalid, |i| retired.settled_status(i)));
         }
-        // Ids and offsets only grow, so a dropped checkpoint has an id seen before and offsets
-        // below every live one; anything else was never issued for this partition.
+        // A seek ended every lease opened before it, wherever its offsets were.
+        if self.superseded_through.is_some_and(|through| id <= through) {
+            return Err(Status::Superseded);
+        }
+        // Ids and offsets only grow between seeks, so a dropped checkpoint has an id seen before
+        // and offsets below every live one; anything else was never issued for this partition.
         let floor = self.live.front().map_or(self.next_offset, |cp| cp.first);
         let seen = self.last_checkpoint_id.is_some_and(|last| id <= last);
         Err(if seen && offset < floor {
@@ -248,6 +254,42 @@ impl Ledger {
                 }
             }
         }
+    }
+
+    /// The group's position moved to `offset` (either way): every open lease ends as if
+    /// requeued, without a copy, and receipts of any earlier checkpoint answer superseded.
+    pub fn seek(&mut self, offset: u64) {
+        for mut cp in std::mem::take(&mut self.live) {
+            for i in 0..cp.size {
+                if !cp.settled.get(i) {
+                    cp.settled.set(i);
+                    cp.requeued_any = true;
+                }
+            }
+            if cp.requeued_any && self.retain_settled > 0 {
+                (cp.counts, cp.reported, cp.overrides) = (Vec::new(), Bits::default(), None);
+                self.retained.push_back(cp);
+            }
+        }
+        while self.retained.len() > self.retain_settled {
+            self.retained.pop_front();
+        }
+        self.heap.clear();
+        self.in_flight = 0;
+        self.superseded_through = self.last_checkpoint_id;
+        self.next_offset = offset;
+    }
+
+    /// (checkpoint id, offset) of every lease not settled yet, in checkpoint order.
+    pub fn open_leases(&self) -> Vec<(u64, u64)> {
+        self.live
+            .iter()
+            .flat_map(|cp| {
+                (0..cp.size)
+                    .filter(|&i| !cp.settled.get(i))
+                    .map(|i| (cp.id, cp.offset_at(i)))
+            })
+            .collect()
     }
 
     pub fn ack(&mut self, id: u64, offset: u64, now_ms: i64) -> Status {

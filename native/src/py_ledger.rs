@@ -127,6 +127,21 @@ impl PartitionLedger {
         status(offset.py(), answer)
     }
 
+    /// The group's position moved to `offset`: every open lease ends (receipts read
+    /// superseded) and the next checkpoint may start there, before or after what was leased.
+    fn seek(&mut self, offset: &Bound<'_, PyAny>) -> PyResult<()> {
+        let offset = number::<i64>(offset, "offset")?;
+        let offset = u64::try_from(offset)
+            .map_err(|_| PyValueError::new_err(format!("offset must be >= 0, got {offset}")))?;
+        self.ledger.seek(offset);
+        Ok(())
+    }
+
+    /// (checkpoint id, offset) of every lease not settled yet.
+    fn open_leases(&self) -> Vec<(u64, u64)> {
+        self.ledger.open_leases()
+    }
+
     fn next_deadline_ms(&self) -> Option<i64> {
         self.ledger.next_deadline_ms()
     }

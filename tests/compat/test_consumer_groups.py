@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from kafka_helpers import unique, wait_for
+from kafka_helpers import describe_group, unique, wait_for
 
 from kpd_client import KpdClient
 
 PRODUCED = {0: 5, 1: 3}  # records per partition
 ACKED = {0: 3, 1: 3}  # the first n offsets of each partition are acked
-
-
-def describe_group(java: str, release, bootstrap: str, group: str) -> list[dict[str, str]]:
-    classpath, main = release.consumer_group_command()
-    result = subprocess.run(
-        [java, "-cp", classpath, main, "--bootstrap-server", bootstrap, "--describe",
-         "--group", group],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    lines = [line.split() for line in result.stdout.splitlines() if line.strip()]
-    header = next(i for i, words in enumerate(lines) if words[:2] == ["GROUP", "TOPIC"])
-    return [dict(zip(lines[header], words, strict=True)) for words in lines[header + 1 :]]
 
 
 def test_describe_shows_pop_group_offsets_and_lag(

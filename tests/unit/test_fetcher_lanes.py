@@ -1,4 +1,5 @@
-"""GroupFetcher's lanes as another thread sees them while a deleted topic's lanes go."""
+"""GroupFetcher's lanes as another thread sees them while a deleted topic's lanes go, and the
+retry copies a seek ends dropped from them."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
+from test_seek_stamps import copy_of
 
+from revive.copies import provenance
 from revive.fetcher import UNTRUSTED, Fetched, GroupFetcher, LaneKey, lane_name
+from revive.source_record import SourceRecord
 
 RETRY = "kpd.retry.g"
 
@@ -75,3 +79,23 @@ def test_unpopped_origins_are_those_with_retry_copies_no_pop_here_reads(
     assert fetcher.unpopped_origins() == ["orders"]
     fetcher.deleted.add("orders")
     assert fetcher.unpopped_origins() == []
+
+
+def test_a_later_stamp_drops_the_buffered_copies_made_before_it(fetcher: GroupFetcher) -> None:
+    retry_lane, origin_lane = (lane_name(RETRY, "orders"), 0), ("orders", 0)
+    copies = [copy_of(offset, stamp) for offset, stamp in [(1, 0), (2, 100), (3, 200), (4, 0)]]
+    original = SourceRecord("orders", 0, 9, None, b"v", (), 1)
+    found = provenance(copies[0], RETRY)
+    fetcher._lanes = {
+        retry_lane: deque((copy, found) for copy in copies),
+        origin_lane: deque([(original, provenance(original, RETRY))]),
+    }
+    fetcher._by_origin = {"orders": [retry_lane, origin_lane]}
+    fetcher._buffered = {(RETRY, 0): 4, ("orders", 0): 1}
+    fetcher.raise_stamp("orders", 100)
+    assert [pair[0].offset for pair in fetcher._lanes[retry_lane]] == [2, 3]
+    assert fetcher._buffered[(RETRY, 0)] == 2
+    assert fetcher.available("orders") == 3  # originals are the seek's to move, not the stamp's
+    fetcher.raise_stamp("orders", 50)  # an earlier stamp changes nothing
+    assert fetcher.seek_stamps["orders"] == 100
+    assert fetcher.available("orders", retries=True) == 2

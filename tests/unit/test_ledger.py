@@ -14,6 +14,7 @@ from revive.records import (
     CheckpointRecord,
     DeadlineRecord,
     InvalidStateRecord,
+    SeekRecord,
     ack_records,
     apply,
     decode_record,
@@ -328,6 +329,8 @@ def test_record_round_trips():
         AckRecord(*KEY, 9, 11, Outcome.ACKED, 4_500),
         AckRecord(*KEY, 9, 12, Outcome.DEAD_LETTERED, 4_600),
         DeadlineRecord(*KEY, 9, 10, 60_000, 4_700),
+        SeekRecord(*KEY, 0, 4_800),
+        SeekRecord(*KEY, 2**62, 4_900),
     ]
     for record in records:
         data = record.to_bytes()
@@ -382,6 +385,9 @@ def test_contiguous_checkpoint_record_is_compact():
         msgpack.packb([1, 1, "g", "t", 0, 1, 10, 3, [1, 1, 1], 5]),  # a field too few
         msgpack.packb([1, 1, "g", "t", 0, 1, 10, 3, [1, True, 1], 5, 4]),  # a count True
         msgpack.packb([1, 1, "g", b"t", 0, 1, 10, 3, [1, 1, 1], 5, 4]),  # a topic as bytes
+        msgpack.packb([1, 5, "g", "t", 0, -1, 5]),  # a seek below offset 0
+        msgpack.packb([1, 5, "g", "t", 0, True, 5]),  # a seek to offset True
+        msgpack.packb([1, 5, "g", "t", 0, 7]),  # a seek without its time
         "a str",
         None,
     ],
@@ -398,6 +404,53 @@ def test_from_bytes_checks_the_kind():
         CheckpointRecord.from_bytes(data)
     with pytest.raises(InvalidStateRecord):
         DeadlineRecord.from_bytes(data)
+
+
+# --- seek -------------------------------------------------------------------------------------
+
+
+def test_a_seek_back_ends_every_open_lease_and_leases_from_the_new_offset():
+    ledger = ledger_with([100, 101, 102], [103, 104])
+    assert ledger.ack(1, 100, 0) == "acked"
+    assert ledger.open_leases() == [(1, 101), (1, 102), (2, 103), (2, 104)]
+    ledger.seek(50)
+    assert (ledger.in_flight(), ledger.open_leases(), ledger.expired(10**9)) == (0, [], [])
+    assert [ledger.ack(1, 101, 0), ledger.ack(2, 104, 0)] == ["superseded"] * 2
+    assert ledger.settle(2, 103, Outcome.REQUEUED) == "superseded"
+    assert ledger.ack(1, 100, 0) == "already_acked"  # acked before the seek
+    assert ledger.low_watermark(50) == 50
+    ledger.open_checkpoint(3, [50, 51], [1, 1], 1_000)  # below what was leased before
+    assert ledger.open_leases() == [(3, 50), (3, 51)]
+    assert ledger.ack(3, 50, 0) == "acked"
+    with pytest.raises(ValueError, match="already leased"):
+        ledger.open_checkpoint(4, [49], [1], 1_000)
+    assert ledger.low_watermark(52) == 51
+
+
+def test_a_seek_forward_skips_what_was_not_leased_and_receipts_stay_superseded():
+    ledger = ledger_with([100, 101], committed=100)
+    ledger.seek(500)
+    with pytest.raises(ValueError):
+        ledger.low_watermark(499)
+    assert ledger.low_watermark(500) == 500
+    ledger.open_checkpoint(2, [500], [1], 1_000)
+    assert ledger.ack(1, 101, 0) == "superseded"
+    assert ledger.ack(2, 500, 0) == "acked"
+
+
+def test_receipts_from_before_a_seek_are_superseded_beyond_the_retained_checkpoints():
+    ledger = PartitionLedger(10, retain_settled=0)
+    ledger.open_checkpoint(1, [10, 11], [1, 1], 1_000)
+    ledger.seek(0)
+    assert [ledger.ack(1, 10, 0), ledger.ack(1, 11, 0)] == ["superseded"] * 2
+    assert ledger.ack(2, 10, 0) == "invalid"  # never issued
+
+
+def test_a_seek_offset_is_checked():
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        PartitionLedger(0).seek(-1)
+    with pytest.raises(ValueError, match="out of range"):
+        PartitionLedger(0).seek(2**64)
 
 
 class RecordingLedger:
@@ -424,6 +477,10 @@ class RecordingLedger:
         if self.ledger.change_deadline(cid, offset, deadline, now) == "ok":
             self.log.append(DeadlineRecord(*KEY, cid, offset, deadline, now))
 
+    def seek(self, offset, now):
+        self.ledger.seek(offset)
+        self.log.append(SeekRecord(*KEY, offset, now))
+
 
 def _observe(ledger, probes, cursor, now):
     """Everything a caller can see, asked of a copy so the ledger itself is left as is."""
@@ -442,10 +499,11 @@ def _observe(ledger, probes, cursor, now):
 @settings(max_examples=150)
 def test_replay_rebuilds_an_equivalent_ledger(data):
     live = RecordingLedger(committed=10)
-    now, next_offset, cids = 0, 10, []
+    now, next_offset, highest, cids = 0, 10, 10, []
+    actions = ["open", "ack", "settle", "extend", "expire", "seek"]
     for _ in range(data.draw(st.integers(1, 40))):
         now += data.draw(st.integers(0, 400))
-        action = data.draw(st.sampled_from(["open", "ack", "settle", "extend", "expire"]))
+        action = data.draw(st.sampled_from(actions))
         if action == "open" or not cids:
             first = next_offset + data.draw(st.integers(0, 2))
             offsets = sorted(data.draw(st.sets(st.integers(first, first + 8), min_size=1)))
@@ -453,9 +511,15 @@ def test_replay_rebuilds_an_equivalent_ledger(data):
             cids.append(len(cids) + 1)
             live.open(cids[-1], offsets, counts[: len(offsets)], now + 1_000, now)
             next_offset = offsets[-1] + 1
+            highest = max(highest, next_offset)
+            continue
+        if action == "seek":  # back or forward, from where pops go on
+            next_offset = data.draw(st.integers(10, highest + 5))
+            highest = max(highest, next_offset)
+            live.seek(next_offset, now)
             continue
         cid = data.draw(st.sampled_from(cids))
-        offset = data.draw(st.integers(10, next_offset))
+        offset = data.draw(st.integers(10, highest))
         if action == "ack":
             live.ack(cid, offset, now)
         elif action == "settle":
@@ -469,7 +533,7 @@ def test_replay_rebuilds_an_equivalent_ledger(data):
     wire = [record.to_bytes() for record in live.log]
     ledgers = replay(decode_record(b) for b in wire)
     assert set(ledgers) == {KEY}
-    probes = [(cid, o) for cid in [*cids, len(cids) + 1] for o in range(9, next_offset + 1)]
+    probes = [(cid, o) for cid in [*cids, len(cids) + 1] for o in range(9, highest + 1)]
     for later in (now, now + 500, now + 5_000):
         assert _observe(ledgers[KEY], probes, next_offset, later) == _observe(
             live.ledger, probes, next_offset, later

@@ -39,6 +39,6 @@ def test_the_names_are_the_documented_contract() -> None:
     assert copies == (
         "kpd-delivery-count", "kpd-origin-topic", "kpd-origin-partition", "kpd-origin-offset",
     )  # fmt: skip
-    assert (wire.DLQ_REASON, wire.ERROR, wire.TRUNCATED) == (
-        "kpd-dlq-reason", "kpd-error", "kpd-truncated",
+    assert (wire.ORIGIN_SEEK, wire.DLQ_REASON, wire.ERROR, wire.TRUNCATED) == (
+        "kpd-origin-seek", "kpd-dlq-reason", "kpd-error", "kpd-truncated",
     )  # fmt: skip
