@@ -109,11 +109,13 @@ async def forward(
     body: dict[str, Any] | None,
     headers: dict[str, str] | None = None,
     wait_s: float = 0.0,
+    method: str | None = None,
 ) -> Any:
     """A pop-group call sent on to the owner at `url` (`call` names it for the metric), and its
-    JSON answer; an error answer is raised as the owner's problem, with its Retry-After."""
+    JSON answer; an error answer is raised as the owner's problem, with its Retry-After. The
+    method is GET without a body, else POST, unless given."""
     metrics.FORWARDED.labels(call).inc()
-    method = "GET" if body is None else "POST"
+    method = method or ("GET" if body is None else "POST")
     answer = await send(node, method, url, path, body, headers, wait_s)
     try:
         data = answer.json()

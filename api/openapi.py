@@ -22,11 +22,12 @@ _WHEN = {
     400: "The body cannot be parsed (`bad_request`).",
     401: "Missing or wrong bearer token (`unauthorized`), when `KPD_API_TOKEN` is set.",
     403: "The topic belongs to kpd (`kpd_topic`) or is internal to Kafka (`internal_topic`).",
-    404: "No such schedule (`schedule_not_found`), topic (`topic_not_found`) or group with a "
-    "dead-letter topic (`group_not_found`), or no such path (`not_found`).",
+    404: "No such schedule (`schedule_not_found`), topic (`topic_not_found`) or group that ever "
+    "popped (`group_not_found`), or no such path (`not_found`).",
     408: "The request head or body did not arrive in time (`request_timeout`).",
-    409: "The schedule was delivered before the cancel (`already_delivered`), or a newer redrive "
-    "of the group stopped this one (`redrive_running`).",
+    409: "The schedule was delivered before the cancel (`already_delivered`), a newer redrive "
+    "of the group stopped this one (`redrive_running`), or consumers other than kpd's are "
+    "members of the group being deleted (`group_in_use`).",
     413: "The body (`request_too_large`) or a record (`record_too_large`) is over its limit.",
     422: "The request failed validation (`invalid_request`); `errors` names each field and its "
     "bounds.",

@@ -31,6 +31,7 @@ ProblemCode = Literal[
     "header_too_large",
     "already_delivered",
     "redrive_running",
+    "group_in_use",
     "request_too_large",
     "record_too_large",
     "invalid_request",

@@ -3,11 +3,11 @@
 `revive.seek` applies it in each shard.
 
 The worker that takes the call gives the seek its stamp (later than any earlier seek's of the
-(group, topic), `revive.seek_stamps`) and sends it to every shard: each moves the partitions of
-the topic it serves, and any may hold the topic's retry copies. Shards led elsewhere get the
-call forwarded, with the stamp and their numbers, once per owner. The call answers once every
-shard has applied it; if one cannot now, it fails with that shard's 503 and a retry finishes the
-seek (with a later stamp: what the first try moved is moved again).
+(group, topic), `revive.seek_stamps`) and sends it to every shard (`api.every_shard`): each
+moves the partitions of the topic it serves, and any may hold the topic's retry copies; a
+forwarded seek carries the stamp. If a shard cannot apply it now, the call fails with that
+shard's 503 and a retry finishes the seek (with a later stamp: what the first try moved is moved
+again).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, model_validator
 
 from api.deps import get_node
+from api.every_shard import on_every_shard, shards_asked
 from api.forwarding import forward, is_forwarded, segment
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
@@ -26,7 +27,6 @@ from api.pop import GroupName, TopicName
 from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.request_body import RequestBody
-from api.shard_answers import shard_answer, shard_route
 from api.topic_lookups import partition_count
 from foundation.clock import now_ms
 from foundation.config import Settings
@@ -36,8 +36,7 @@ from revive.requests import SeekRequest
 
 router = APIRouter(prefix="/v1/groups", tags=["queue operations"], responses=problems(*GUARDED))
 
-STAMP = "x-kpd-seek-stamp"  # a forwarded seek's stamp ...
-SHARDS = "x-kpd-seek-shards"  # ... and the shards it is for, comma-separated
+STAMP = "x-kpd-seek-stamp"  # a forwarded seek's stamp
 MAX_TIME_MS = 10**15 - 1  # as `kpd-deliver-at`: 15 digits, some 31,000 years
 
 
@@ -83,13 +82,23 @@ async def seek(
         raise Problem(403, *refused)
     if await partition_count(node, topic) == 0:
         raise Problem(404, "topic_not_found", f"topic {topic!r} does not exist")
+    shards = shards_asked(node, request)
     if is_forwarded(request):
-        stamp, shards = _forwarded(request)
+        stamp = _stamp_forwarded(request)
     else:
         stamp = await asyncio.to_thread(new_stamp, node.settings, group, topic)
-        shards = list(range(node.shard_map.shards))
     seek_request = SeekRequest(group, topic, body.to, body.time_ms, stamp)
-    moved = await _on_shards(node, seek_request, body, shards, is_forwarded(request))
+    path = f"/v1/groups/{segment(group)}/topics/{segment(topic)}/seek"
+    sent = body.model_dump(exclude_none=True)
+
+    async def there(url: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+        answer = await forward(node, "seek", url, path, sent, {**headers, STAMP: str(stamp)})
+        return list(answer["partitions"])
+
+    answers = await on_every_shard(
+        node, shards, request, lambda service: service.seek(seek_request), there
+    )
+    moved = [position for answer in answers for position in answer]
     return {"partitions": sorted(moved, key=lambda position: position["partition"])}
 
 
@@ -103,40 +112,8 @@ def new_stamp(settings: Settings, group: str, topic: str) -> int:
     return max(now_ms(), known + 1)
 
 
-def _forwarded(request: Request) -> tuple[int, list[int]]:
+def _stamp_forwarded(request: Request) -> int:
     stamp = seek_stamps.parse(request.headers.get(STAMP, ""))
-    shards = [int(s) for s in request.headers.get(SHARDS, "").split(",") if s.isdigit()]
-    if stamp == 0 or not shards:
-        raise Problem(400, "bad_request", f"a forwarded seek needs {STAMP} and {SHARDS}")
-    return stamp, shards
-
-
-async def _on_shards(
-    node: Node, request: SeekRequest, body: SeekBody, shards: list[int], local: bool
-) -> list[dict[str, Any]]:
-    """Apply the seek on `shards`: here for those led here, through their owners for the others
-    (all of them answered, or the first failure raised)."""
-    owners, remote = node.routes(), dict[str, list[int]]()
-    calls = []
-    for shard in shards:
-        if node.shard_map.shards <= shard:
-            raise Problem(400, "bad_request", f"no shard {shard}")
-        route = shard_route(node, shard, local, owners)
-        if isinstance(route, str):
-            remote.setdefault(route, []).append(shard)
-        else:
-            calls.append(shard_answer(route.seek(request)))
-    path = f"/v1/groups/{segment(request.group)}/topics/{segment(request.topic)}/seek"
-    for url, theirs in remote.items():
-        headers = {STAMP: str(request.stamp), SHARDS: ",".join(map(str, theirs))}
-        calls.append(
-            _partitions(
-                forward(node, "seek", url, path, body.model_dump(exclude_none=True), headers)
-            )
-        )
-    answers = await asyncio.gather(*calls)
-    return [position for answer in answers for position in answer]
-
-
-async def _partitions(answer: Any) -> list[dict[str, Any]]:
-    return list((await answer)["partitions"])
+    if stamp == 0:
+        raise Problem(400, "bad_request", f"a forwarded seek needs {STAMP}")
+    return stamp

@@ -15,7 +15,7 @@ from devtools.local_kafka import DEFAULT_DIR, DEFAULT_PORT, LocalKafka, LocalKaf
 from foundation.config import Settings, SettingsError, load_settings
 from foundation.maven import MavenError
 from kpd_cli.kafka_verbs import add_kafka_verbs, groups_list_parser, run_kafka_verb
-from kpd_client.cli import UsageError, add_verbs, run_verb
+from kpd_client.cli import UsageError, add_verbs, groups_delete_parser, run_verb
 
 
 class _HttpAddress(BaseSettings):
@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return audit_main(args_list[1:])
     if args_list[:2] == ["groups", "list"]:  # a group named "list": `kpd groups --json list`
         return run_kafka_verb(groups_list_parser().parse_args(args_list[2:]))
+    if args_list[:2] == ["groups", "delete"]:  # likewise `kpd groups --json delete`
+        return run_verb(groups_delete_parser().parse_args(args_list[2:]), configured_url)
     args = _parser().parse_args(args_list)
     if "kafka_verb" in args:
         return run_kafka_verb(args)

@@ -68,6 +68,12 @@ def redrive(group: str, max_messages: int, topic: str | None) -> Call:
     return Call("POST", f"/v1/groups/{segment(group)}/redrive", body)
 
 
+def delete_group(group: str, topics: bool) -> Call:
+    """Forget the group (and with `topics` delete its retry and DLQ topics); resent safely."""
+    query = "?topics=true" if topics else ""
+    return Call("DELETE", f"/v1/groups/{segment(group)}{query}", None)
+
+
 def seek(group: str, topic: str, to: str | None, time_ms: int | None) -> Call:
     """The group's position in `topic`: an end (`to`) or a time; resent safely."""
     body: dict[str, Any] = {"to": to} if to is not None else {"time_ms": time_ms}

@@ -7,6 +7,7 @@
     kpd schedules get|cancel ID               kpd groups GROUP [--json]
     kpd redrive GROUP [--max N] [--topic TOPIC]
     kpd seek GROUP TOPIC --to earliest|latest | --time-ms T
+    kpd groups delete GROUP [--topics]
 
 Results go to stdout (JSON lines; `groups` prints a table), errors to stderr. Exit codes: 0 all
 done; 1 kpd answered an error, could not be reached, or an item was not done (a per-item status
@@ -115,6 +116,18 @@ def add_verbs(commands: Any) -> None:
     groups = verb("groups", _groups, "a pop group's config and live stats")
     groups.add_argument("group", type=_text)
     groups.add_argument("--json", action="store_true", help="the API's JSON instead of a table")
+
+
+def groups_delete_parser() -> argparse.ArgumentParser:
+    """`kpd groups delete GROUP`: read apart from `kpd groups GROUP` (a group's stats)."""
+    parser = argparse.ArgumentParser(
+        prog="kpd groups delete", description="forget a pop group: leases, positions, retries"
+    )
+    parser.add_argument("group", type=_text)
+    parser.add_argument("--topics", action="store_true", help="also delete its retry and DLQ")
+    parser.add_argument("--url", help="sidecar URL (default: $KPD_URL, else the configured one)")
+    parser.set_defaults(verb=_delete_group)
+    return parser
 
 
 def run_verb(args: argparse.Namespace, default_url: Callable[[], str]) -> int:
@@ -261,6 +274,11 @@ def _redrive(client: KpdClient, args: argparse.Namespace) -> int:
 def _seek(client: KpdClient, args: argparse.Namespace) -> int:
     for position in client.seek(args.group, args.topic, args.to, args.time_ms):
         _emit(position)
+    return DONE
+
+
+def _delete_group(client: KpdClient, args: argparse.Namespace) -> int:
+    _emit({"group": args.group, "deleted_topics": client.delete_group(args.group, args.topics)})
     return DONE
 
 

@@ -256,6 +256,11 @@ class KpdClient(_Client):
         to the group: `{"moved", "remaining"}`."""
         return dict(self._call(calls.redrive(group, max_messages, topic)))
 
+    def delete_group(self, group: str, topics: bool = False) -> list[str]:
+        """Forget the group: its leases, positions and waiting retries (`topics`: also delete
+        its retry and DLQ topics). The topics deleted."""
+        return list(self._call(calls.delete_group(group, topics))["deleted_topics"])
+
     def seek(
         self, group: str, topic: str, to: str | None = None, time_ms: int | None = None
     ) -> list[dict[str, int]]:

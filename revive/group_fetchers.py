@@ -16,6 +16,7 @@ from foundation.config import Settings
 from foundation.shards import ShardMap
 from foundation.topics import TopicCache, TopicSpec, ensure_topics, with_message_limit
 from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic
+from revive.inbox import Arrivals
 from revive.pop_state import PopState
 from revive.resume import GroupResumer
 
@@ -119,6 +120,47 @@ class GroupFetchers:
         if topic not in fetcher.topics:
             fetcher.add_topic(topic, self._timeout_s)
         return fetcher
+
+    def forget(self, group: str) -> None:
+        """The group was deleted: stop reading for it here (a later pop starts it afresh)."""
+        fetcher = self.by_group.pop(group, None)
+        if fetcher is not None:
+            fetcher.close()
+
+    def fetch_all(
+        self, arrivals: Arrivals, wait_s: float, on_available: Callable[[str, str], None]
+    ) -> tuple[bool, set[tuple[str, str, int]]]:
+        """Move what every fetcher has into lanes; for the records the arrival watch saw
+        (`arrivals`), wait up to `wait_s` until the fetcher has them too. (Did records arrive,
+        the arrivals still to come.)"""
+        until: dict[str, dict[tuple[str, int], int]] = {}
+        for (group, topic, partition), offset in arrivals.items():
+            until.setdefault(group, {})[(topic, partition)] = offset
+        moved = False
+        for group, fetcher in self.by_group.items():
+            moved |= self.fetch(group, fetcher, on_available, until.get(group), wait_s)
+        by_group = self.by_group
+        behind = {
+            (group, topic, partition)
+            for (group, topic, partition), offset in arrivals.items()
+            if group in by_group and by_group[group].next_offset(topic, partition) <= offset
+        }
+        return moved, behind
+
+    @staticmethod
+    def fetch(
+        group: str,
+        fetcher: GroupFetcher,
+        on_available: Callable[[str, str], None],
+        until: dict[tuple[str, int], int] | None = None,
+        wait_s: float = 0.0,
+    ) -> bool:
+        """Move what `fetcher` has into lanes, telling `on_available` of each topic that got
+        records; did any?"""
+        arrived = fetcher.fetch(until, wait_s)
+        for topic in arrived:
+            on_available(group, topic)
+        return bool(arrived)
 
     def deleted_topics(self) -> dict[str, set[str]]:
         """The fetched topics deleted meanwhile, by group: one metadata request per fetched topic

@@ -130,9 +130,9 @@ class OffsetCommitter:
         fetcher = fetchers.get(group)
         return -1 if fetcher is None else fetcher.committed.get((topic, partition), -1)
 
-    def forget(self, group: str, topics: set[str]) -> None:
-        """Deleted topics: nothing of them is committed again."""
-        for sent in [k for k in self._sent if k[0] == group and k[1] in topics]:
+    def forget(self, group: str, topics: set[str] | None = None) -> None:
+        """Deleted topics (None: the whole group): nothing of them is committed again."""
+        for sent in [k for k in self._sent if k[0] == group and (topics is None or k[1] in topics)]:
             del self._sent[sent]
 
     def due(self) -> bool:

@@ -23,7 +23,7 @@ from foundation.clock import now_ms
 from foundation.shards import ShardMap
 from revive.fetcher import source_topic
 from revive.ledger import PartitionLedger
-from revive.records import CheckpointRecord, SeekRecord, StateRecord, apply
+from revive.records import CheckpointRecord, ForgetRecord, SeekRecord, StateRecord, apply
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +48,9 @@ class PopState:
     def apply(self, record: StateRecord) -> str:
         """Apply one record (live or replayed); the status the ledger answered."""
         key = record.key
+        if isinstance(record, ForgetRecord):
+            self.drop({key})
+            return "ok"
         ledger = self.ledgers.get(key)
         if isinstance(record, CheckpointRecord):
             if ledger is None:
@@ -81,7 +84,7 @@ class PopState:
         return skipped
 
     def drop(self, keys: set[LedgerKey]) -> None:
-        """Forget ledgers whose topic was deleted."""
+        """Forget ledgers: their topic was deleted, or their group."""
         for key in keys:
             self.ledgers.pop(key, None)
             self.last_leased.pop(key, None)

@@ -7,6 +7,8 @@ docs/principles.md, 1: every lease change is first a record in a kpd state topic
 * ``DeadlineRecord``: one lease's deadline was changed.
 * ``SeekRecord``: the group's position in the partition moved (`revive.seek`): every open lease
   ended, and pops go on from the new offset.
+* ``ForgetRecord``: the group was deleted (`revive.forget`): the ledger and everything before
+  it are gone.
 
 Encoding: msgpack array ``[version, kind, group, topic, partition, checkpoint_id, ...]``. Offsets
 are stored as the first offset plus deltas, and a contiguous batch as the first offset plus its
@@ -40,6 +42,7 @@ _KIND_ACK = 2
 _KIND_DEADLINE = 3
 _KIND_BATCH = 4
 _KIND_SEEK = 5
+_KIND_FORGET = 6
 
 LedgerKey = tuple[str, str, int]  # (group, source topic, partition)
 
@@ -79,6 +82,7 @@ _CHECKPOINT_SHAPES = frozenset(
 )
 _SETTLED_SHAPES = frozenset({(str, str, int, int, int, int, int)})  # ack and deadline records
 _SEEK_SHAPES = frozenset({(str, str, int, int, int)})
+_FORGET_SHAPES = frozenset({(str, str, int, int)})
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 
 
@@ -210,7 +214,19 @@ class SeekRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
         return _pack(_KIND_SEEK, [self.group, self.topic, self.partition, self.offset, self.at_ms])
 
 
-StateRecord = CheckpointRecord | AckRecord | DeadlineRecord | SeekRecord
+class ForgetRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
+    """The group was deleted at ``at_ms``: this ledger is forgotten."""
+
+    group: str
+    topic: str
+    partition: int
+    at_ms: int
+
+    def to_bytes(self) -> bytes:
+        return _pack(_KIND_FORGET, [self.group, self.topic, self.partition, self.at_ms])
+
+
+StateRecord = CheckpointRecord | AckRecord | DeadlineRecord | SeekRecord | ForgetRecord
 
 
 def decode_record(data: bytes) -> StateRecord:
@@ -239,6 +255,9 @@ def decode_record(data: bytes) -> StateRecord:
         if f[3] < 0:
             raise InvalidStateRecord(f"seek record offset {f[3]} is below 0")
         return SeekRecord(*f)
+    if kind == _KIND_FORGET:
+        _check(f, _FORGET_SHAPES, "forget")
+        return ForgetRecord(*f)
     raise InvalidStateRecord(f"unknown state record kind {kind!r}")
 
 
@@ -272,6 +291,8 @@ def apply(ledger: PartitionLedger, record: StateRecord) -> str:
     if isinstance(record, SeekRecord):
         ledger.seek(record.offset)
         return "ok"
+    if isinstance(record, ForgetRecord):
+        return "ok"  # the ledger's owner drops it
     return ledger.change_deadline(
         record.checkpoint_id, record.offset, record.deadline_ms, record.at_ms
     )
@@ -281,6 +302,9 @@ def replay(records: Iterable[StateRecord]) -> dict[LedgerKey, PartitionLedger]:
     """Rebuild every ledger from its state records, in log order."""
     ledgers: dict[LedgerKey, PartitionLedger] = {}
     for record in records:
+        if isinstance(record, ForgetRecord):
+            ledgers.pop(record.key, None)
+            continue
         ledger = ledgers.get(record.key)
         if ledger is None:
             if isinstance(record, SeekRecord):

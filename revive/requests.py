@@ -42,6 +42,13 @@ class SeekRequest:
 
 
 @dataclass
+class ForgetRequest:
+    """Forget the group here: its leases, what its fetcher buffered, its offsets to send."""
+
+    group: str
+
+
+@dataclass
 class Look:
     """Move what the fetchers have into the lanes, and answer None: the lanes are read after
     (group stats), while a shard with no pop to serve may not have looked for a while."""

@@ -38,7 +38,7 @@ from foundation.topics import TopicCache
 from revive import metrics
 from revive.copier import Copier
 from revive.deleted_topics import DeletedTopics
-from revive.fetcher import GroupFetcher
+from revive.forget import forget_group
 from revive.group_fetchers import GroupFetchers, Watched
 from revive.held_records import HeldRecords
 from revive.inbox import Arrivals, Request, RequestInbox
@@ -50,7 +50,7 @@ from revive.pop_step import PopStep, Unwritten
 from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
-from revive.requests import Look, PopRequest, SeekRequest, SettleRequest
+from revive.requests import ForgetRequest, Look, PopRequest, SeekRequest, SettleRequest
 from revive.seek import Seeker
 from revive.settle import Settler
 from revive.stats import group_stats
@@ -144,6 +144,10 @@ class PopService:
         """Move the group's position in the topic's partitions served here (`revive.seek`)."""
         return self._inbox.submit(request)
 
+    def forget(self, request: ForgetRequest) -> Future[Any]:
+        """Forget a deleted group here (`revive.forget`)."""
+        return self._inbox.submit(request)
+
     def reads(self, group: str, topic: str) -> bool:
         """Has (group, topic) been asked for here, so that its lanes are read?"""
         return self._fetchers.knows(group, topic)
@@ -230,6 +234,9 @@ class PopService:
                 self._pop(request, future, step)
             elif isinstance(request, SeekRequest):
                 self._seek(request, future, step)
+            elif isinstance(request, ForgetRequest):
+                parts = (self._fetchers, self._offsets, self._unwritten)
+                step.answers.append((future, forget_group(request.group, self.state, parts, step)))
             elif isinstance(request, Look):
                 step.answers.append((future, None))
             else:
@@ -285,36 +292,13 @@ class PopService:
         self._held_bytes.set(0)
 
     def _fetch(self, arrivals: Arrivals, fresh: bool) -> None:
-        """Move what the fetchers have into lanes; for the records the arrival watch saw, wait
-        (briefly, if it saw some just now) until the fetcher has them too, and look again soon
-        for those still to come."""
-        until: dict[str, dict[tuple[str, int], int]] = {}
-        for (group, topic, partition), offset in arrivals.items():
-            until.setdefault(group, {})[(topic, partition)] = offset
+        """Move what the fetchers have into lanes, waiting briefly for the records the arrival
+        watch saw just now (`GroupFetchers.fetch_all`); look again soon for those still to come."""
         wait_s = ARRIVAL_WAIT_S if fresh else 0.0
-        for group, fetcher in self._fetchers.by_group.items():
-            self._fetch_group(group, fetcher, until.get(group), wait_s)
-        by_group = self._fetchers.by_group
-        self._inbox.still_behind(
-            {
-                (group, topic, partition)
-                for (group, topic, partition), offset in arrivals.items()
-                if group in by_group and by_group[group].next_offset(topic, partition) <= offset
-            }
-        )
-
-    def _fetch_group(
-        self,
-        group: str,
-        fetcher: GroupFetcher,
-        until: dict[tuple[str, int], int] | None = None,
-        wait_s: float = 0.0,
-    ) -> None:
-        arrived = fetcher.fetch(until, wait_s)
-        if arrived:  # a watermark may exist now where none did: a group's first offsets
+        moved, behind = self._fetchers.fetch_all(arrivals, wait_s, self._deps.on_available)
+        if moved:  # a watermark may exist now where none did: a group's first offsets
             self._wakes.floors_may_move()
-        for topic in arrived:
-            self._deps.on_available(group, topic)
+        self._inbox.still_behind(behind)
 
     # -- pop -------------------------------------------------------------------------------
 
@@ -323,7 +307,8 @@ class PopService:
             if not self._fetchers.knows(request.group, request.topic):  # offsets may be unsent
                 self._wakes.floors_may_move()
             fetcher = self._fetchers.for_pop(request.group, request.topic)
-            self._fetch_group(request.group, fetcher)
+            if self._fetchers.fetch(request.group, fetcher, self._deps.on_available):
+                self._wakes.floors_may_move()
         except Exception as error:
             future.set_exception(error)
             return

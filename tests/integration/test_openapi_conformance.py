@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from kafka_helpers import metric_values, wait_for
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
-OPERATIONS = 14
+OPERATIONS = 15
 POPPABLE = 50_000  # enough that no pop of the run waits for messages
 TOKEN = "t0ken-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -13,6 +13,7 @@ from revive.records import (
     AckRecord,
     CheckpointRecord,
     DeadlineRecord,
+    ForgetRecord,
     InvalidStateRecord,
     SeekRecord,
     ack_records,
@@ -331,6 +332,7 @@ def test_record_round_trips():
         DeadlineRecord(*KEY, 9, 10, 60_000, 4_700),
         SeekRecord(*KEY, 0, 4_800),
         SeekRecord(*KEY, 2**62, 4_900),
+        ForgetRecord(*KEY, 5_000),
     ]
     for record in records:
         data = record.to_bytes()
@@ -388,6 +390,8 @@ def test_contiguous_checkpoint_record_is_compact():
         msgpack.packb([1, 5, "g", "t", 0, -1, 5]),  # a seek below offset 0
         msgpack.packb([1, 5, "g", "t", 0, True, 5]),  # a seek to offset True
         msgpack.packb([1, 5, "g", "t", 0, 7]),  # a seek without its time
+        msgpack.packb([1, 6, "g", "t", 0]),  # a forget without its time
+        msgpack.packb([1, 6, "g", "t", 0, 1.5]),  # a forget at a float time
         "a str",
         None,
     ],
@@ -451,6 +455,22 @@ def test_a_seek_offset_is_checked():
         PartitionLedger(0).seek(-1)
     with pytest.raises(ValueError, match="out of range"):
         PartitionLedger(0).seek(2**64)
+
+
+def test_a_forgotten_ledger_is_gone_on_replay_and_a_later_pop_starts_one_afresh():
+    records = [
+        CheckpointRecord(*KEY, 1, (10, 11), (1, 1), 1_000, 0),
+        ForgetRecord(*KEY, 5),
+        AckRecord(*KEY, 1, 10, Outcome.ACKED, 6),  # a receipt of the deleted group: nothing
+    ]
+    assert replay(records) == {}
+    later = CheckpointRecord(*KEY, 2, (0,), (1,), 2_000, 7)
+    [ledger] = replay([*records, later]).values()
+    assert (ledger.in_flight(), ledger.ack(1, 11, 8), ledger.ack(2, 0, 8)) == (
+        1,
+        "invalid",
+        "acked",
+    )
 
 
 class RecordingLedger:

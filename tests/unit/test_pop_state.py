@@ -5,7 +5,7 @@ from __future__ import annotations
 from foundation.shards import ShardMap
 from revive.ledger import Outcome
 from revive.pop_state import LedgerKey, PopState
-from revive.records import AckRecord, CheckpointRecord
+from revive.records import AckRecord, CheckpointRecord, ForgetRecord, SeekRecord
 
 ORDERS: LedgerKey = ("g", "orders", 0)
 PAYMENTS: LedgerKey = ("g", "payments", 0)
@@ -74,3 +74,22 @@ def test_a_floor_never_falls_back_below_what_a_new_leader_skipped() -> None:
     state = PopState(ShardMap(1, 2))
     state.read_up_to({0: 1_000, 1: 0})
     assert state.floors([0, 1], lambda _: -1) == {0: 1_000, 1: 0}
+
+
+def test_a_forgotten_groups_checkpoints_no_longer_hold_the_floor() -> None:
+    # A lease of a deleted group never settles: only its forgetting lets the floor pass it.
+    state = state_with(
+        (2, [leased(ORDERS, 1, range(0, 5))]), (3, [leased(PAYMENTS, 2, range(0, 1))])
+    )
+    assert state.floors([0], lambda _: -1) == {0: 2}
+    state.replay([(0, 9, [ForgetRecord(*ORDERS, 3_000)])])
+    assert set(state.ledgers) == {PAYMENTS}
+    assert state.floors([0], lambda _: -1) == {0: 3}
+
+
+def test_a_seek_goes_on_from_its_offset_with_or_without_a_ledger() -> None:
+    state = state_with((1, [leased(ORDERS, 1, range(50, 60))]), (2, [SeekRecord(*ORDERS, 10, 5)]))
+    assert (state.last_leased[ORDERS], state.ledgers[ORDERS].in_flight()) == (9, 0)
+    state.replay([(0, 3, [SeekRecord(*PAYMENTS, 7, 6)])])  # its checkpoints fell below the floor
+    assert state.last_leased[PAYMENTS] == 6
+    assert state.ledgers[PAYMENTS].low_watermark(7) == 7
