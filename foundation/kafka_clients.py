@@ -136,9 +136,17 @@ def partition_end(
 ) -> int:
     """The partition's end (for a read_committed consumer, the last stable offset), waiting out
     a partition just created (`NOT_READY_YET`) and other retriable errors until `deadline`."""
+    return partition_bounds(consumer, tp, deadline, call_timeout_s)[1]
+
+
+def partition_bounds(
+    consumer: Consumer, tp: TopicPartition, deadline: float, call_timeout_s: float
+) -> tuple[int, int]:
+    """The partition's first offset and its end, as `partition_end` asks."""
     while True:
         try:
-            return int(consumer.get_watermark_offsets(tp, timeout=call_timeout_s)[1])
+            low, high = consumer.get_watermark_offsets(tp, timeout=call_timeout_s)
+            return int(low), int(high)
         except KafkaException as error:
             passing = error.args[0].retriable() or error.args[0].code() in NOT_READY_YET
             if not passing or time.monotonic() > deadline:

@@ -21,10 +21,13 @@ without sign, spaces or leading zeros.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kpd_core import Origin as Origin
 from kpd_core import Provenance as Provenance
 from kpd_core import provenance as provenance
 
+from foundation.delivery_log import Event, log_record
 from foundation.wire import (
     DELIVER_AT,
     DELIVERY_COUNT,
@@ -45,6 +48,26 @@ KPD_HEADERS = frozenset(
         *(DLQ_REASON, ID, DELIVER_AT),
     }
 )
+
+
+def copy_event(
+    event: Event,
+    record: SourceRecord,
+    origin: Origin,
+    delivery_count: int,
+    at_ms: int,
+    node: str,
+    **extra: Any,
+) -> tuple[str, bytes]:
+    """A delivery-log event of a message (retried, dead-lettered, delivered by a pop): its id
+    (`topic:partition:offset` of its origin) and the rendered value."""
+    record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
+    extra.setdefault("due_ms", None)
+    value = log_record(
+        event, record_id, origin.topic, at_ms=at_ms, enqueued_ms=record.timestamp_ms, node=node,
+        delivery_count=delivery_count, partition=origin.partition, offset=origin.offset, **extra,
+    )  # fmt: skip
+    return record_id, value
 
 
 def user_headers(record: SourceRecord) -> list[Header]:

@@ -17,10 +17,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
-from foundation.delivery_log import Event, log_record
+from foundation.delivery_log import Event
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.transactions import Transaction
-from revive.copies import Origin
+from revive.copies import Origin, copy_event
 from revive.ledger import Outcome
 from revive.pop_state import LedgerKey, PopState, Written
 from revive.records import AckRecord, CheckpointRecord, StateRecord, ack_records, pack_batch
@@ -129,21 +129,7 @@ class PopStep:
         at: int,
         **extra: Any,
     ) -> None:
-        record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
-        extra.setdefault("due_ms", None)
-        value = log_record(
-            event,
-            record_id,
-            origin.topic,
-            at_ms=at,
-            enqueued_ms=record.timestamp_ms,
-            node=self._node,
-            delivery_count=count,
-            partition=origin.partition,
-            offset=origin.offset,
-            **extra,
-        )
-        self.log_events([(record_id, value)])
+        self.log_events([copy_event(event, record, origin, count, at, self._node, **extra)])
 
     def log_events(self, events: list[tuple[str, bytes]], durable: bool = True) -> None:
         """Add rendered delivery-log events (record id, value); a memory lease's wait as its

@@ -20,17 +20,17 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from foundation.clock import now_ms
 from foundation.config import Settings
-from foundation.delivery_log import Event, log_record
+from foundation.delivery_log import Event
 from foundation.kafka_clients import (
     base_config,
-    partition_end,
+    partition_bounds,
     producer_config,
     release_producer,
     state_consumer,
     transactional_producer,
 )
 from revive import seek_stamps
-from revive.copies import copy_headers, provenance
+from revive.copies import copy_event, copy_headers, provenance
 from revive.redrive_position import RedrivePosition
 from revive.source_record import SourceRecord
 
@@ -88,8 +88,8 @@ class _Run:
 
     def _partition(self, partition: int) -> None:
         tp = TopicPartition(self._dlq, partition)
-        end = partition_end(self._consumer, tp, time.monotonic() + self._timeout_s, self._timeout_s)
-        low, _ = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
+        deadline = time.monotonic() + self._timeout_s
+        low, end = partition_bounds(self._consumer, tp, deadline, self._timeout_s)
         [committed] = self._consumer.committed([tp], timeout=self._timeout_s)
         start = max(committed.offset, low)
         position = RedrivePosition.decode(start, committed.metadata)
@@ -141,12 +141,9 @@ class _Run:
             self._stamps[origin.topic] = stamp
         headers = copy_headers(record, origin, REDRIVEN_COUNT, stamp)
         self._producer.produce(self._retry, record.value, record.key, headers=headers)
-        record_id = f"{origin.topic}:{origin.partition}:{origin.offset}"
-        event = log_record(
-            Event.RETRIED, record_id, origin.topic, due_ms=None, at_ms=now_ms(),
-            enqueued_ms=record.timestamp_ms, node=self._settings.node_id,
-            partition=origin.partition, offset=origin.offset, group=self._request.group,
-            reason="redrive",
+        record_id, event = copy_event(
+            Event.RETRIED, record, origin, REDRIVEN_COUNT, now_ms(), self._settings.node_id,
+            group=self._request.group, reason="redrive",
         )  # fmt: skip
         self._producer.produce(self._settings.delivery_log_topic, event, record_id.encode())
         position.moved_one(offset)
