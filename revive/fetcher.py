@@ -124,7 +124,7 @@ class GroupFetcher:
         for key in self._by_origin.get(topic, ()):
             lane = self._lanes.get(key)
             if "/" in key[0] and lane:
-                kept = deque(pair for pair in lane if seek_stamps.of_record(pair[0]) >= stamp)
+                kept = deque(pair for pair in lane if not seek_stamps.made_before(pair[0], stamp))
                 self._lanes[key] = kept  # one reference swap: readers elsewhere see either
                 record = lane[0][0]
                 self._count((record.topic, record.partition), len(kept) - len(lane))
@@ -189,7 +189,7 @@ class GroupFetcher:
                 run = [pair for pair in run if pair[0].offset > floor]
             stamp = self.seek_stamps.get(origin, 0)
             if stamp and "/" in lane:  # retry copies made before the origin's latest seek
-                run = [pair for pair in run if seek_stamps.of_record(pair[0]) >= stamp]
+                run = [pair for pair in run if not seek_stamps.made_before(pair[0], stamp)]
             if not run:
                 continue
             fetched = self._lanes.get(key)

@@ -33,7 +33,7 @@ def forget_group(
         state.apply(record)
         step.record(record)
     state.dead_lettered.pop(group, None)
-    step.copies = [c for c in step.copies if c.key[0] != group or c.dead_letter_reason is not None]
+    step.drop_retries(group)
     fetchers.forget(group)
     offsets.forget(group)
     return len(keys)

@@ -21,6 +21,7 @@ from foundation.delivery_log import Event
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.transactions import Transaction
 from revive.copies import Origin, copy_event
+from revive.fetcher import origin_topic
 from revive.ledger import Outcome
 from revive.pop_state import LedgerKey, PopState, Written
 from revive.records import AckRecord, CheckpointRecord, StateRecord, ack_records, pack_batch
@@ -107,6 +108,17 @@ class PopStep:
         self._records.setdefault(key, []).extend(ack_records(key, leases, Outcome.ACKED, at_ms))
         self.settled += [(key, offset) for _, offset in leases]
         self.groups.add(key[0])
+
+    def drop_retries(self, group: str, topic: str | None = None) -> None:
+        """The retries this step was to write for `group` (for `topic`'s messages, if given)
+        are of deliveries a seek or a delete ends: dropped. Dead letters still go."""
+        self.copies = [
+            copy
+            for copy in self.copies
+            if copy.dead_letter_reason is not None
+            or copy.key[0] != group
+            or (topic is not None and origin_topic(copy.key[1]) != topic)
+        ]
 
     def write_records(self, state_topic: str, state: PopState) -> None:
         """One state-topic record per ledger and step, in its shard's partition, so a ledger

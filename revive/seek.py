@@ -61,14 +61,7 @@ class Seeker:
             step.txn.send_offsets(offsets, metadata)
             self._offsets.sent([GroupOffsets(group, offsets, metadata)])
         fetcher.raise_stamp(topic, stamp)
-        # Retries this step was to write (a nack served before the seek) are of deliveries the
-        # seek ends: dropped as the others; dead letters still go.
-        step.copies = [
-            copy
-            for copy in step.copies
-            if copy.dead_letter_reason is not None
-            or (copy.key[0], origin_topic(copy.key[1])) != (group, topic)
-        ]
+        step.drop_retries(group, topic)  # a nack served before the seek in this step
         self._end_stale_retries(group, topic, stamp, step, now)
         return [{"partition": p, "offset": o} for p, o in moved]
 
@@ -109,7 +102,7 @@ class Seeker:
             ledger = self._state.ledgers[key]
             for checkpoint_id, offset in leases:
                 record = records.get((key, offset))
-                if record is not None and seek_stamps.of_record(record) >= stamp:
+                if record is not None and not seek_stamps.made_before(record, stamp):
                     continue  # a copy of a delivery made after the seek
                 if ledger.settle(checkpoint_id, offset, Outcome.REQUEUED) == OK:
                     step.record(AckRecord(*key, checkpoint_id, offset, Outcome.REQUEUED, now))

@@ -40,6 +40,11 @@ def of_record(record: SourceRecord) -> int:
     return 0
 
 
+def made_before(record: SourceRecord, stamp: int) -> bool:
+    """Was this retry copy made before the seek of `stamp`?"""
+    return of_record(record) < stamp
+
+
 def header(stamp: int) -> list[tuple[str, bytes]]:
     """The header a copy made under `stamp` carries: none before a first seek."""
     return [(ORIGIN_SEEK, str(stamp).encode())] if stamp > 0 else []
