@@ -19,6 +19,8 @@ from foundation.peer_http import Answer, PeerFailed, PeerUnreachable
 from revive import metrics
 
 FORWARDED = "x-kpd-forwarded"
+# What every problem body has (`api.problems.problem_body`); an owner's other fields pass on.
+_PROBLEM_FIELDS = frozenset({"type", "title", "status", "code", "detail", "headers"})
 # An owner whose host does not answer a connect (gone, cut off) fails the call after this long, as
 # a refused one does at once; a connect within a deployment takes milliseconds.
 CONNECT_TIMEOUT_S = 2.0
@@ -129,6 +131,7 @@ async def forward(
         str(problem.get("code", "forward_failed")),
         f"sidecar at {url}: {problem.get('detail', answer.text[:200])}",
         headers={k: v for k, v in answer.headers.items() if k == "retry-after"} or None,
+        **{k: v for k, v in problem.items() if k not in _PROBLEM_FIELDS},  # per-item results
     )
 
 

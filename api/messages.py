@@ -8,23 +8,27 @@ Kafka (acknowledged by the brokers) before the call answers.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 from ulid import ULID
 
 from api.deps import get_node
 from api.forwarding import is_forwarded, segment, send
+from api.message_body import (
+    MessageIn,
+    check_size,
+    check_topic_name,
+    due_ms,
+    schedule_headers,
+)
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
 from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.request_body import RequestBody
 from api.schedules import (
-    ID_PATTERN,
     INDEX_WAIT_S,
     buffer_partition,
     freshness_here,
@@ -34,66 +38,14 @@ from api.schedules import (
 )
 from api.topic_lookups import topic_exists
 from delay_service import metrics
-from delay_service.headers import CONTROL_HEADERS, DELIVER_AT, ID, TARGET
 from delay_service.schedules import Freshness
 from foundation.clock import now_ms
 from foundation.config import TOPIC_PATTERN
-from foundation.record_size import record_bytes
 
 router = APIRouter(prefix="/v1", tags=["messages"], responses=problems(*GUARDED, *WITH_BODY))
 
 VISIBLE_WAIT_S = 5.0
 MAX_MESSAGES = 1000
-
-
-class MessageIn(RequestBody):
-    """One message: `value` or `value_b64` (not both); `delay_ms` or `deliver_at_ms` (not both)
-    to schedule it; `id` only with one of them. kpd's control headers are refused."""
-
-    key: str | None = None
-    value: str | None = None
-    value_b64: str | None = None
-    headers: dict[Annotated[str, Field(min_length=1, max_length=255)], str] | None = Field(
-        None, max_length=100
-    )
-    delay_ms: int | None = Field(None, ge=0)
-    deliver_at_ms: int | None = Field(None, ge=0)
-    id: str | None = Field(None, pattern=ID_PATTERN)
-
-    @model_validator(mode="after")
-    def _one_of_each(self) -> MessageIn:
-        if self.value is not None and self.value_b64 is not None:
-            raise ValueError("give value or value_b64, not both")
-        if self.delay_ms is not None and self.deliver_at_ms is not None:
-            raise ValueError("give delay_ms or deliver_at_ms, not both")
-        if self.value_b64 is not None:
-            try:
-                base64.b64decode(self.value_b64, validate=True)
-            except (binascii.Error, ValueError):
-                raise ValueError("value_b64 is not valid base64") from None
-        texts = [self.key, self.value, *(self.headers or {}), *(self.headers or {}).values()]
-        for text in texts:
-            try:
-                (text or "").encode()
-            except UnicodeEncodeError:  # JSON allows lone surrogates like "\ud800"; UTF-8 not
-                raise ValueError("key, value and headers must be valid Unicode text") from None
-        if self.headers and CONTROL_HEADERS & set(self.headers):
-            raise ValueError(f"headers may not set kpd control headers {sorted(CONTROL_HEADERS)}")
-        if self.id is not None and self.delay_ms is None and self.deliver_at_ms is None:
-            raise ValueError("id names a schedule: give delay_ms or deliver_at_ms with it")
-        return self
-
-    def payload(self) -> bytes | None:
-        if self.value_b64 is not None:
-            return base64.b64decode(self.value_b64)
-        return None if self.value is None else self.value.encode()
-
-    def header_list(self) -> list[tuple[str, bytes]]:
-        return [(name, value.encode()) for name, value in (self.headers or {}).items()]
-
-    def size(self) -> int:
-        """Counted as the buffer ingest counts it, so what HTTP accepts the delay service does."""
-        return record_bytes(_key(self), self.payload(), self.header_list())
 
 
 Message = tuple[MessageIn, int | None, str | None]  # with its due time and id when scheduled
@@ -128,24 +80,12 @@ async def produce(
 ) -> ProduceResponse:
     settings = node.settings
     now = now_ms()
-    due_times = [_due_ms(i, m, now, settings.max_delay_ms) for i, m in enumerate(body.messages)]
+    due_times = [
+        due_ms(f"messages.{i}", m, now, settings.max_delay_ms) for i, m in enumerate(body.messages)
+    ]
     for index, message in enumerate(body.messages):
-        size = message.size()  # decodes value_b64: once
-        if size > settings.max_record_bytes:
-            raise Problem(
-                413,
-                "record_too_large",
-                f"messages.{index} is {size} bytes; the limit is {settings.max_record_bytes}",
-                field=f"messages.{index}",
-                max_bytes=settings.max_record_bytes,
-            )
-    if topic in (".", ".."):  # the pattern lets these through; Kafka never names a topic so
-        raise Problem(
-            422,
-            "invalid_request",
-            "request failed validation",
-            errors=[{"field": "path.topic", "message": f"{topic!r} is not a valid topic name"}],
-        )
+        check_size(f"messages.{index}", message, settings.max_record_bytes)
+    check_topic_name("path.topic", topic)
     refused = refused_topic(node, topic)
     if refused is not None:
         error = ProduceResult(status="error", code=refused[0], detail=refused[1])
@@ -180,30 +120,6 @@ async def produce(
         *(there(owner, placed) for owner, placed in elsewhere.items()),
     )
     return ProduceResponse(results=results)
-
-
-def _due_ms(index: int, message: MessageIn, now: int, max_delay_ms: int) -> int | None:
-    if message.delay_ms is not None:
-        delay = message.delay_ms
-    elif message.deliver_at_ms is not None:
-        delay = message.deliver_at_ms - now
-    else:
-        return None
-    if delay > max_delay_ms:
-        field = "delay_ms" if message.delay_ms is not None else "deliver_at_ms"
-        raise Problem(
-            422,
-            "invalid_request",
-            "request failed validation",
-            errors=[
-                {
-                    "field": f"body.messages.{index}.{field}",
-                    "message": f"the delay may be at most {max_delay_ms} ms",
-                    "bounds": {"ge": 0, "max_delay_ms": max_delay_ms},
-                }
-            ],
-        )
-    return now + delay if message.delay_ms is not None else message.deliver_at_ms
 
 
 def _by_owner(node: Node, messages: list[Message]) -> dict[str, list[int]]:
@@ -257,7 +173,7 @@ async def _send(
     try:
         if due is None:
             sent = await producer.produce(
-                topic, message.payload(), _key(message), message.header_list()
+                topic, message.payload(), message.key_bytes(), message.header_list()
             )
             return ProduceResult(
                 status="enqueued", partition=sent.partition(), offset=sent.offset()
@@ -266,16 +182,11 @@ async def _send(
         existing = schedule_here(node, schedule_id)
         if existing is not None:  # idempotent: the first schedule with this id stands
             return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=existing.due_ms)
-        control = [
-            (TARGET, topic.encode()),
-            (DELIVER_AT, str(due).encode()),
-            (ID, schedule_id.encode()),
-        ]
         await producer.produce(
             node.settings.buffer_topic,
             message.payload(),
-            _key(message),
-            [*message.header_list(), *control],
+            message.key_bytes(),
+            schedule_headers(message, topic, due, schedule_id),
             partition=await buffer_partition(node, schedule_id),
         )
         # Read-your-writes: a GET or DELETE right after this answer should find the schedule.
@@ -289,7 +200,3 @@ async def _send(
         return ProduceResult(status="scheduled", id=schedule_id, deliver_at_ms=due)
     except Exception as error:  # one failed record must not fail the others
         return ProduceResult(status="error", code="produce_failed", detail=str(error)[:500])
-
-
-def _key(message: MessageIn) -> bytes | None:
-    return None if message.key is None else message.key.encode()

@@ -12,12 +12,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
+from api.ack_produce import ack_produce_call
 from api.deps import get_node
 from api.forwarding import is_forwarded
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
 from api.pop_bodies import (
-    AckBody,
+    AckProduceBody,
     GroupStats,
     LeaseBody,
     NackBody,
@@ -51,9 +52,19 @@ async def _settle(kind: str, group: str, body: Any, request: Request) -> Any:
     return _response(await settle_call(node, kind, group, body, Caller.of(request.scope, node)))
 
 
-@router.post("/{group}/ack", **SETTLE)
-async def ack(group: GroupName, body: AckBody, request: Request) -> Any:
-    return await _settle("ack", group, body, request)
+@router.post(
+    "/{group}/ack",
+    response_model=SettleAnswer,
+    response_model_exclude_none=True,
+    responses=problems(*WITH_BODY, 403, 409),
+)
+async def ack(group: GroupName, body: AckProduceBody, request: Request) -> Any:
+    """Ack receipts. With `produce`, also write records, all in one transaction: every receipt
+    acked and every record written, or 409 `not_acked` and nothing changed."""
+    if body.produce is None:
+        return await _settle("ack", group, body, request)
+    node: Node = request.app.state.node
+    return _response(await ack_produce_call(node, group, body, Caller.of(request.scope, node)))
 
 
 @router.post("/{group}/nack", **SETTLE)

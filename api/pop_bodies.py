@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
+from api.message_body import MessageIn
 from api.request_body import RequestBody
-from foundation.config import GroupSettings
+from foundation.config import TOPIC_PATTERN, GroupSettings
 
 MAX_ITEMS = 1000
 MAX_INVISIBLE_MS = 43_200_000
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 
 
 class PopBody(RequestBody):
@@ -27,6 +29,29 @@ class PopBody(RequestBody):
 
 class AckBody(RequestBody):
     receipts: list[str] = Field(min_length=1, max_length=MAX_ITEMS)
+
+
+class ProduceItem(MessageIn):
+    """A message an ack call produces: as in `POST /v1/topics/{topic}/messages`, with its topic."""
+
+    topic: str = Field(pattern=TOPIC_PATTERN)
+
+
+class AckProduceBody(AckBody):
+    """An ack; with `produce`, the acks and the records commit in one transaction or nothing
+    changes (`api.ack_produce`). `request_id` (only with `produce`) makes a retried call answer
+    as the first did."""
+
+    produce: list[ProduceItem] | None = Field(None, min_length=1, max_length=MAX_ITEMS)
+    request_id: str | None = Field(None, pattern=REQUEST_ID_PATTERN)
+
+    @model_validator(mode="after")
+    def _with_produce(self) -> AckProduceBody:
+        if self.request_id is not None and self.produce is None:
+            raise ValueError("request_id is for a call with produce")
+        if self.produce is not None and len(set(self.receipts)) < len(self.receipts):
+            raise ValueError("with produce, each receipt may be given once")
+        return self
 
 
 class NackItem(RequestBody):
@@ -100,8 +125,18 @@ class SettleResult(BaseModel):
     )
 
 
+class ProducedResult(BaseModel):
+    topic: str
+    status: Literal["enqueued", "scheduled"]
+    id: str | None = Field(None, description="scheduled: the schedule's id")
+    deliver_at_ms: int | None = Field(None, description="scheduled: when it is due")
+
+
 class SettleAnswer(BaseModel):
     results: list[SettleResult] = Field(description="one per receipt, in request order")
+    produced: list[ProducedResult] | None = Field(
+        None, description="ack with produce: one per record, in request order"
+    )
 
 
 class PartitionStats(BaseModel):

@@ -60,6 +60,15 @@ def settle(group: str, call: str, receipts: Iterable[str], **item: Any) -> Call:
     return Call("POST", f"/v1/groups/{segment(group)}/{call}", body)
 
 
+def ack_produce(
+    group: str, receipts: Iterable[str], produce: list[dict[str, Any]], request_id: str
+) -> Call:
+    """Acks and records in one transaction; resent safely: `request_id` makes a retry answer
+    as the first call did."""
+    body = {"receipts": list(receipts), "produce": produce, "request_id": request_id}
+    return Call("POST", f"/v1/groups/{segment(group)}/ack", body)
+
+
 def redrive(group: str, max_messages: int, topic: str | None) -> Call:
     """Dead letters back to the group; resent safely: each goes back once whatever the calls."""
     body: dict[str, Any] = {"max_messages": max_messages}

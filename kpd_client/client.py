@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -222,8 +223,22 @@ class KpdClient(_Client):
     ) -> list[PoppedMessage]:
         return _messages(self._call(calls.pop(group, topic, max_messages, invisible_ms, wait_ms)))
 
-    def ack(self, group: str, receipts: Iterable[str]) -> list[dict[str, Any]]:
-        return self._settle(group, "ack", receipts)
+    def ack(
+        self,
+        group: str,
+        receipts: Iterable[str],
+        produce: list[dict[str, Any]] | None = None,
+        request_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Ack receipts. With `produce` (messages as `produce` takes them, each with its
+        `topic`; all receipts of one shard), the acks and the records commit in one Kafka
+        transaction, or nothing changes and `KpdError` says why (409 `not_acked`: its
+        `problem["results"]`). Such a call carries `request_id` (a new one unless given), so
+        a retry after a lost answer answers as the first call did."""
+        if produce is None:
+            return self._settle(group, "ack", receipts)
+        call = calls.ack_produce(group, receipts, produce, request_id or uuid.uuid4().hex)
+        return list(self._call(call)["results"])
 
     def nack(
         self,

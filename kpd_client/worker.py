@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from kpd_client.client import KpdClient, PoppedMessage
+from kpd_client.retry import KpdError
 
 
 def run_worker(
     client: KpdClient,
     group: str,
     topic: str,
-    handler: Callable[[PoppedMessage], None],
+    handler: Callable[[PoppedMessage], list[dict[str, Any]] | None],
     *,
     invisible_ms: int = 30_000,
     batch: int = 10,
@@ -21,9 +23,12 @@ def run_worker(
 ) -> None:
     """Pop and handle messages until `stop` is set.
 
-    Success acks; an exception nacks (the group's backoff decides when it returns). While a
-    handler runs, its lease is extended every `invisible_ms / 3`, so a slow handler keeps the
-    message invisible to other workers without picking a huge invisible time up front.
+    Success acks; an exception nacks (the group's backoff decides when it returns). A handler
+    may return messages to produce (as `KpdClient.produce` takes them, each with its `topic`):
+    they are written in the transaction of the ack, or not at all if the lease was lost
+    meanwhile (the message then comes again). While a handler runs, its lease is extended every
+    `invisible_ms / 3`, so a slow handler keeps the message invisible to other workers without
+    picking a huge invisible time up front.
     """
     stop = stop or threading.Event()
     while not stop.is_set():
@@ -39,7 +44,7 @@ def run_worker(
             )
             keeper.start()
             try:
-                handler(message)
+                produce = handler(message)
             except Exception:
                 succeeded = False
             else:
@@ -48,9 +53,17 @@ def run_worker(
                 done.set()
                 keeper.join()
             if succeeded:
-                client.ack(group, [message.receipt])
+                _ack(client, group, message.receipt, produce)
             else:
                 client.nack(group, [message.receipt])
+
+
+def _ack(client: KpdClient, group: str, receipt: str, produce: list[dict[str, Any]] | None) -> None:
+    try:
+        client.ack(group, [receipt], produce=produce or None)
+    except KpdError as error:
+        if error.code != "not_acked":  # the lease ended meanwhile: the message comes again
+            raise
 
 
 def _keep_leased(

@@ -15,12 +15,11 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-from revive.requests import ForgetRequest, Look, PopRequest, SeekRequest, SettleRequest
+from revive.requests import Request
 
 # A record the watch saw that the fetcher has not handed over yet (a fetcher just made) is
 # looked for again soon (`revive.wake_times`), for this long at most.
 ARRIVAL_GIVE_UP_S = 5.0
-Request = PopRequest | SettleRequest | SeekRequest | ForgetRequest | Look
 WAKE: tuple[Any, Any] = (None, None)  # queued by `wake`: a step, with nothing to answer
 # (group, topic, partition) -> the highest offset the arrival watch saw there
 Arrivals = dict[tuple[str, str, int], int]

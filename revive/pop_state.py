@@ -21,9 +21,11 @@ import structlog
 
 from foundation.clock import now_ms
 from foundation.shards import ShardMap
+from revive.answered_calls import AnsweredCalls
 from revive.fetcher import source_topic
 from revive.ledger import PartitionLedger
-from revive.records import CheckpointRecord, ForgetRecord, SeekRecord, StateRecord, apply
+from revive.ledger_replay import apply
+from revive.records import AnswerRecord, CheckpointRecord, ForgetRecord, SeekRecord, StateRecord
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +43,7 @@ class PopState:
         self.last_leased: dict[LedgerKey, int] = {}  # offsets up to it were handed out
         self.next_checkpoint = 1
         self.dead_lettered: dict[str, int] = {}  # per group, since this leader started
+        self.answered = AnsweredCalls()  # answers of calls with a request_id
         # (ledger, checkpoint id) -> (pop-state partition, offset of its record, its last offset)
         self._record_at: dict[tuple[LedgerKey, int], tuple[int, int, int]] = {}
         self._ends: dict[int, int] = {}  # pop-state partition -> the offset after the last seen
@@ -50,6 +53,9 @@ class PopState:
         key = record.key
         if isinstance(record, ForgetRecord):
             self.drop({key})
+            return "ok"
+        if isinstance(record, AnswerRecord):
+            self.answered.remember(record)
             return "ok"
         ledger = self.ledgers.get(key)
         if isinstance(record, CheckpointRecord):
@@ -80,6 +86,8 @@ class PopState:
                 if isinstance(record, CheckpointRecord):
                     place = (partition, offset, record.offsets[-1])
                     self._record_at[(record.key, record.checkpoint_id)] = place
+                elif isinstance(record, AnswerRecord):
+                    self.answered.placed((record.group, record.request_id), partition, offset)
             self._reached(partition, offset + 1)
         return skipped
 
@@ -107,11 +115,19 @@ class PopState:
             self._reached(partition, end)
 
     def wrote(
-        self, key: LedgerKey, checkpoints: list[Written], partition: int, offset: int
+        self,
+        key: LedgerKey,
+        held: tuple[list[Written], list[str]],
+        partition: int,
+        offset: int,
     ) -> None:
-        """A state record of `key` holding `checkpoints` is at `partition`/`offset`."""
+        """A state record of `key` holding checkpoints and answers of calls with these request
+        ids (`held`) is at `partition`/`offset`."""
+        checkpoints, request_ids = held
         for checkpoint_id, last in checkpoints:
             self._record_at[(key, checkpoint_id)] = (partition, offset, last)
+        for request_id in request_ids:
+            self.answered.placed((key[0], request_id), partition, offset)
         self._reached(partition, offset + 1)
 
     def _reached(self, partition: int, end: int) -> None:
@@ -122,9 +138,13 @@ class PopState:
     ) -> dict[int, int]:
         """The replay floor of each of `partitions`: the record of the oldest checkpoint whose
         offsets the group has not committed past (`committed(key)`: the group's committed offset
-        of that ledger's source partition, as far as this leader knows, else -1), else everything
-        seen. Forgets where the checkpoints committed past were."""
+        of that ledger's source partition, as far as this leader knows, else -1) or of the
+        oldest answer still remembered, else everything seen. Forgets where the checkpoints
+        committed past were."""
         floors = {p: self._ends.get(p, 0) for p in partitions}
+        for partition, offset in self.answered.floors(now_ms()).items():
+            if partition in floors:
+                floors[partition] = min(floors[partition], offset)
         needed: dict[tuple[LedgerKey, int], tuple[int, int, int]] = {}
         marks: dict[LedgerKey, int] = {}
         for (key, checkpoint_id), place in self._record_at.items():
@@ -143,6 +163,7 @@ class PopState:
     def forget_below(self, floors: dict[int, int]) -> int:
         """Forget where checkpoints below the committed replay floors were (a standby's state:
         the shard's leader released them); how many places are still known."""
+        self.answered.forget_below(floors)
         self._record_at = {
             at: place
             for at, place in self._record_at.items()

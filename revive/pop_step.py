@@ -24,7 +24,14 @@ from revive.copies import Origin, copy_event
 from revive.fetcher import origin_topic
 from revive.ledger import Outcome
 from revive.pop_state import LedgerKey, PopState, Written
-from revive.records import AckRecord, CheckpointRecord, StateRecord, ack_records, pack_batch
+from revive.records import (
+    AckRecord,
+    AnswerRecord,
+    CheckpointRecord,
+    StateRecord,
+    ack_records,
+    pack_batch,
+)
 from revive.source_record import SourceRecord
 
 
@@ -84,6 +91,7 @@ class PopStep:
         self.answers: list[tuple[Future[Any], Any]] = []
         self._records: dict[LedgerKey, list[bytes]] = {}  # each ledger's records, in order
         self._checkpoints: dict[LedgerKey, list[Written]] = {}  # checkpoints opened, per ledger
+        self._answers: dict[LedgerKey, list[str]] = {}  # request ids of answers, per ledger
         self._log_topic, self._node = log_topic, node
 
     def record(self, record: StateRecord, durable: bool = True) -> None:
@@ -100,6 +108,8 @@ class PopStep:
             self._checkpoints.setdefault(key, []).append(written)
         elif isinstance(record, AckRecord):
             self.settled.append((key, record.offset))
+        elif isinstance(record, AnswerRecord):
+            self._answers.setdefault(key, []).append(record.request_id)
         self.groups.add(record.group)
 
     def acked(self, key: LedgerKey, leases: list[tuple[int, int]], at_ms: int) -> None:
@@ -126,7 +136,8 @@ class PopStep:
         transaction is open: what memory leases left unwritten goes in too."""
         self._carry()
         for key, encoded in self._records.items():
-            written = _noting(state, key, self._checkpoints.get(key, []))
+            held = self._checkpoints.get(key, []), self._answers.get(key, [])
+            written = _noting(state, key, held)
             self.txn.produce(
                 state_topic, "/".join(map(str, key)), pack_batch(encoded),
                 partition=state.partition_of(key), on_delivery=written,
@@ -170,10 +181,10 @@ class PopStep:
 
 
 def _noting(
-    state: PopState, key: LedgerKey, checkpoints: list[Written]
+    state: PopState, key: LedgerKey, held: tuple[list[Written], list[str]]
 ) -> Callable[[KafkaError | None, Message], None]:
     def written(error: KafkaError | None, message: Message) -> None:
         if error is None:
-            state.wrote(key, checkpoints, message.partition(), message.offset())
+            state.wrote(key, held, message.partition(), message.offset())
 
     return written

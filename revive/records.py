@@ -1,4 +1,4 @@
-"""Kafka state records that make a ``PartitionLedger`` durable, and their replay.
+"""Kafka state records that make a ``PartitionLedger`` durable: their encoding.
 
 docs/principles.md, 1: every lease change is first a record in a kpd state topic. Three kinds:
 
@@ -9,6 +9,8 @@ docs/principles.md, 1: every lease change is first a record in a kpd state topic
   ended, and pops go on from the new offset.
 * ``ForgetRecord``: the group was deleted (`revive.forget`): the ledger and everything before
   it are gone.
+* ``AnswerRecord``: an ack call with a ``request_id`` was answered (`revive.ack_produce`); a
+  retry of the call within `revive.answered_calls`'s window answers the same.
 
 Encoding: msgpack array ``[version, kind, group, topic, partition, checkpoint_id, ...]``. Offsets
 are stored as the first offset plus deltas, and a contiguous batch as the first offset plus its
@@ -17,16 +19,12 @@ length. Ack records, one per settled delivery, are encoded by the compiled core
 the key (group, topic, partition), so keying the state topic by it keeps them in order on one
 partition.
 
-``apply(ledger, record)`` feeds one record through the same ledger methods the live leader
-called, with the record's own timestamps, so ``replay(records)`` on a fresh process rebuilds
-ledgers that answer exactly as the live ones did. A ledger starts at its first checkpoint's first
-offset; ack / deadline records whose checkpoint is unknown (retention removed its
-``CheckpointRecord``) answer ``invalid`` and change nothing.
+Applying them to ledgers is `revive.ledger_replay`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from operator import sub
 from typing import Self
 
@@ -34,7 +32,7 @@ import msgpack
 import msgspec
 from kpd_core import ack_records as ack_records
 
-from revive.ledger import Outcome, PartitionLedger
+from revive.ledger import Outcome
 
 _VERSION = 1
 _KIND_CHECKPOINT = 1
@@ -43,6 +41,7 @@ _KIND_DEADLINE = 3
 _KIND_BATCH = 4
 _KIND_SEEK = 5
 _KIND_FORGET = 6
+_KIND_ANSWER = 7
 
 LedgerKey = tuple[str, str, int]  # (group, source topic, partition)
 
@@ -83,6 +82,7 @@ _CHECKPOINT_SHAPES = frozenset(
 _SETTLED_SHAPES = frozenset({(str, str, int, int, int, int, int)})  # ack and deadline records
 _SEEK_SHAPES = frozenset({(str, str, int, int, int)})
 _FORGET_SHAPES = frozenset({(str, str, int, int)})
+_ANSWER_SHAPES = frozenset({(str, str, int, str, str, int, bytes)})
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 
 
@@ -226,7 +226,29 @@ class ForgetRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
         return _pack(_KIND_FORGET, [self.group, self.topic, self.partition, self.at_ms])
 
 
-StateRecord = CheckpointRecord | AckRecord | DeadlineRecord | SeekRecord | ForgetRecord
+class AnswerRecord(msgspec.Struct, _LedgerRecord, frozen=True, gc=False):
+    """The call `request_id` of `group` (`digest`: what it asked) was answered `answer` (JSON)
+    at ``at_ms``; topic and partition are those of its first receipt, which place the record."""
+
+    group: str
+    topic: str
+    partition: int
+    request_id: str
+    digest: str
+    at_ms: int
+    answer: bytes
+
+    def to_bytes(self) -> bytes:
+        return _pack(
+            _KIND_ANSWER,
+            [self.group, self.topic, self.partition, self.request_id, self.digest, self.at_ms,
+             self.answer],
+        )  # fmt: skip
+
+
+StateRecord = (
+    CheckpointRecord | AckRecord | DeadlineRecord | SeekRecord | ForgetRecord | AnswerRecord
+)
 
 
 def decode_record(data: bytes) -> StateRecord:
@@ -258,6 +280,9 @@ def decode_record(data: bytes) -> StateRecord:
     if kind == _KIND_FORGET:
         _check(f, _FORGET_SHAPES, "forget")
         return ForgetRecord(*f)
+    if kind == _KIND_ANSWER:
+        _check(f, _ANSWER_SHAPES, "answer")
+        return AnswerRecord(*f)
     raise InvalidStateRecord(f"unknown state record kind {kind!r}")
 
 
@@ -275,43 +300,3 @@ def unpack_batch(data: bytes) -> list[StateRecord]:
     if not all(isinstance(item, bytes) for item in fields[0]):
         raise InvalidStateRecord("a state record batch holds bytes only")
     return [decode_record(item) for item in fields[0]]
-
-
-def apply(ledger: PartitionLedger, record: StateRecord) -> str:
-    """Apply one record to its ledger; returns the status the live call returned."""
-    if isinstance(record, CheckpointRecord):
-        ledger.open_checkpoint(
-            record.checkpoint_id, record.offsets, record.delivery_counts, record.deadline_ms
-        )
-        return "ok"
-    if isinstance(record, AckRecord):
-        if record.outcome is Outcome.ACKED:
-            return ledger.ack(record.checkpoint_id, record.offset, record.at_ms)
-        return ledger.settle(record.checkpoint_id, record.offset, record.outcome)
-    if isinstance(record, SeekRecord):
-        ledger.seek(record.offset)
-        return "ok"
-    if isinstance(record, ForgetRecord):
-        return "ok"  # the ledger's owner drops it
-    return ledger.change_deadline(
-        record.checkpoint_id, record.offset, record.deadline_ms, record.at_ms
-    )
-
-
-def replay(records: Iterable[StateRecord]) -> dict[LedgerKey, PartitionLedger]:
-    """Rebuild every ledger from its state records, in log order."""
-    ledgers: dict[LedgerKey, PartitionLedger] = {}
-    for record in records:
-        if isinstance(record, ForgetRecord):
-            ledgers.pop(record.key, None)
-            continue
-        ledger = ledgers.get(record.key)
-        if ledger is None:
-            if isinstance(record, SeekRecord):
-                ledger = ledgers[record.key] = PartitionLedger(record.offset)
-            elif not isinstance(record, CheckpointRecord):
-                continue  # its checkpoint fell out of retention: nothing left to settle
-            else:
-                ledger = ledgers[record.key] = PartitionLedger(record.offsets[0])
-        apply(ledger, record)
-    return ledgers

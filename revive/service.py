@@ -36,12 +36,13 @@ from foundation.shards import ShardMap
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache
 from revive import metrics
+from revive.ack_produce import ack_and_produce
 from revive.copier import Copier
 from revive.deleted_topics import DeletedTopics
 from revive.forget import forget_group
 from revive.group_fetchers import GroupFetchers, Watched
 from revive.held_records import HeldRecords
-from revive.inbox import Arrivals, Request, RequestInbox
+from revive.inbox import Arrivals, RequestInbox
 from revive.lease import Leaser
 from revive.offsets import OffsetCommitter, OffsetSender
 from revive.pop_follower import Handover
@@ -50,7 +51,15 @@ from revive.pop_step import PopStep, Unwritten
 from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
 from revive.replay import PopStateReader
-from revive.requests import ForgetRequest, Look, PopRequest, SeekRequest, SettleRequest
+from revive.requests import (
+    AckProduceRequest,
+    ForgetRequest,
+    Look,
+    PopRequest,
+    Request,
+    SeekRequest,
+    SettleRequest,
+)
 from revive.seek import Seeker
 from revive.settle import Settler
 from revive.stats import group_stats
@@ -137,7 +146,7 @@ class PopService:
         """Read (group, topic) here from now on: a lease of nothing, as a first pop would."""
         return self.lease(group, topic, 0, 1_000)  # any valid lease time: none is made
 
-    def settle(self, request: SettleRequest) -> Future[Any]:
+    def settle(self, request: SettleRequest | AckProduceRequest) -> Future[Any]:
         return self._inbox.submit(request)
 
     def seek(self, request: SeekRequest) -> Future[Any]:
@@ -239,6 +248,8 @@ class PopService:
                 step.answers.append((future, forget_group(request.group, self.state, parts, step)))
             elif isinstance(request, Look):
                 step.answers.append((future, None))
+            elif isinstance(request, AckProduceRequest):
+                step.answers.append((future, ack_and_produce(request, self.state, step)))
             else:
                 step.answers.append((future, self._settler.settle(request, step)))
         self._wakes.expiry_ms = self._settler.expire(step)

@@ -293,17 +293,20 @@ impl Ledger {
     }
 
     pub fn ack(&mut self, id: u64, offset: u64, now_ms: i64) -> Status {
+        let answer = self.ack_status(id, offset, now_ms);
+        if matches!(answer, Status::Acked | Status::AckedLate) {
+            let (at, i) = self.open_lease(id, offset).expect("an open lease");
+            self.end(at, i, Outcome::Acked);
+        }
+        answer
+    }
+
+    /// What `ack` would answer now, changing nothing (an all-or-nothing call asks first).
+    pub fn ack_status(&self, id: u64, offset: u64, now_ms: i64) -> Status {
         match self.open_lease(id, offset) {
             Err(status) => status,
-            Ok((at, i)) => {
-                let late = now_ms >= self.live[at].deadline_of(offset);
-                self.end(at, i, Outcome::Acked);
-                if late {
-                    Status::AckedLate
-                } else {
-                    Status::Acked
-                }
-            }
+            Ok((at, _)) if now_ms >= self.live[at].deadline_of(offset) => Status::AckedLate,
+            Ok(_) => Status::Acked,
         }
     }
 

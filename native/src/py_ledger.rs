@@ -80,6 +80,19 @@ impl PartitionLedger {
             .map_err(refused)
     }
 
+    fn ack_status<'py>(
+        &self,
+        checkpoint_id: &Bound<'py, PyAny>,
+        offset: &Bound<'py, PyAny>,
+        now_ms: i64,
+    ) -> Bound<'py, PyString> {
+        let answer = match lease(checkpoint_id, offset) {
+            Some((id, offset)) => self.ledger.ack_status(id, offset, now_ms),
+            None => Status::Invalid,
+        };
+        status(offset.py(), answer)
+    }
+
     fn ack<'py>(
         &mut self,
         checkpoint_id: &Bound<'py, PyAny>,

@@ -9,17 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from revive.ledger import Outcome, PartitionLedger
+from revive.ledger_replay import apply, replay
 from revive.records import (
     AckRecord,
+    AnswerRecord,
     CheckpointRecord,
     DeadlineRecord,
     ForgetRecord,
     InvalidStateRecord,
     SeekRecord,
     ack_records,
-    apply,
     decode_record,
-    replay,
 )
 
 
@@ -43,6 +43,17 @@ def test_ack_statuses():
     assert ledger.ack(1, 102, now_ms=10) == "superseded"
     assert ledger.settle(1, 102, Outcome.DEAD_LETTERED) == "superseded"
     assert ledger.settle(1, 100, Outcome.REQUEUED) == "already_acked"
+
+
+def test_ack_status_foretells_an_ack_and_changes_nothing():
+    ledger = ledger_with([100, 101, 102])
+    assert ledger.settle(1, 102, Outcome.REQUEUED) == "ok"
+    asked = [ledger.ack_status(1, o, 1_000) for o in (100, 101, 102, 103)]
+    assert asked == ["acked_late", "acked_late", "superseded", "invalid"]
+    assert ledger.ack_status(1, 100, 999) == "acked"
+    assert ledger.in_flight() == 2
+    assert ledger.ack(1, 100, 999) == "acked"
+    assert ledger.ack_status(1, 100, 999) == "already_acked"
 
 
 def test_invalid_receipts():
@@ -333,6 +344,7 @@ def test_record_round_trips():
         SeekRecord(*KEY, 0, 4_800),
         SeekRecord(*KEY, 2**62, 4_900),
         ForgetRecord(*KEY, 5_000),
+        AnswerRecord(*KEY, "call-1", "ab" * 16, 5_100, b'{"statuses":["acked"]}'),
     ]
     for record in records:
         data = record.to_bytes()
@@ -392,6 +404,8 @@ def test_contiguous_checkpoint_record_is_compact():
         msgpack.packb([1, 5, "g", "t", 0, 7]),  # a seek without its time
         msgpack.packb([1, 6, "g", "t", 0]),  # a forget without its time
         msgpack.packb([1, 6, "g", "t", 0, 1.5]),  # a forget at a float time
+        msgpack.packb([1, 7, "g", "t", 0, "id", "digest", 5, "{}"]),  # an answer as text
+        msgpack.packb([1, 7, "g", "t", 0, "id", "digest", 5]),  # an answer without its answer
         "a str",
         None,
     ],
@@ -485,7 +499,9 @@ class RecordingLedger:
         self.log.append(CheckpointRecord(*KEY, cid, tuple(offsets), tuple(counts), deadline, now))
 
     def ack(self, cid, offset, now):
+        predicted = self.ledger.ack_status(cid, offset, now)
         status = self.ledger.ack(cid, offset, now)
+        assert predicted == status  # asking first changes nothing and foretells the ack
         if status in ("acked", "acked_late"):
             self.log.append(AckRecord(*KEY, cid, offset, Outcome.ACKED, now))
 
@@ -511,6 +527,7 @@ def _observe(ledger, probes, cursor, now):
             seen.append(ledger.delivery_count(cid, offset))
         except KeyError:
             seen.append(None)
+    seen += [ledger.ack_status(cid, offset, now) for cid, offset in probes]
     seen += [ledger.ack(cid, offset, now) for cid, offset in probes]
     return seen
 

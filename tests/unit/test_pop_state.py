@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from foundation.clock import now_ms
 from foundation.shards import ShardMap
+from revive.answered_calls import WINDOW_MS
 from revive.ledger import Outcome
 from revive.pop_state import LedgerKey, PopState
-from revive.records import AckRecord, CheckpointRecord, ForgetRecord, SeekRecord
+from revive.records import AckRecord, AnswerRecord, CheckpointRecord, ForgetRecord, SeekRecord
 
 ORDERS: LedgerKey = ("g", "orders", 0)
 PAYMENTS: LedgerKey = ("g", "payments", 0)
@@ -53,7 +55,7 @@ def test_live_writes_count_like_replayed_records() -> None:
     state = PopState(ShardMap(1, 1))
     record = leased(ORDERS, 7, range(20, 30))
     state.apply(record)
-    state.wrote(ORDERS, [(record.checkpoint_id, record.offsets[-1])], 0, 41)
+    state.wrote(ORDERS, ([(record.checkpoint_id, record.offsets[-1])], []), 0, 41)
     assert state.floors([0], lambda _: 29) == {0: 41}
     assert state.floors([0], lambda _: 30) == {0: 42}
 
@@ -93,3 +95,30 @@ def test_a_seek_goes_on_from_its_offset_with_or_without_a_ledger() -> None:
     state.replay([(0, 3, [SeekRecord(*PAYMENTS, 7, 6)])])  # its checkpoints fell below the floor
     assert state.last_leased[PAYMENTS] == 6
     assert state.ledgers[PAYMENTS].low_watermark(7) == 7
+
+
+def answer(request_id: str, at_ms: int, key: LedgerKey = ORDERS) -> AnswerRecord:
+    return AnswerRecord(*key, request_id, "digest", at_ms, b'{"statuses": ["acked"]}')
+
+
+def test_an_answer_is_remembered_and_keeps_the_floor_for_its_window_only() -> None:
+    now = now_ms()
+    state = state_with(
+        (2, [answer("old", now - WINDOW_MS)]), (4, [answer("new", now - WINDOW_MS + 60_000)])
+    )
+    assert state.answered.find(("g", "old"), now) is None  # its window has ended
+    found = state.answered.find(("g", "new"), now)
+    assert found is not None and (found.digest, found.place) == ("digest", (0, 4))
+    assert state.answered.find(("other", "new"), now) is None  # ids are the group's
+    assert state.floors([0], lambda _: -1) == {0: 4}, "only the answer in its window holds it"
+    assert len(state.answered) == 1
+    assert state.answered.find(("g", "new"), now + 60_000) is None
+
+
+def test_a_live_answer_holds_the_floor_where_it_was_written() -> None:
+    state = PopState(ShardMap(1, 1))
+    state.apply(answer("call", now_ms()))
+    state.wrote(ORDERS, ([], ["call"]), 0, 17)
+    assert state.floors([0], lambda _: -1) == {0: 17}
+    assert state.forget_below({0: 17}) == 0 and len(state.answered) == 1
+    assert state.forget_below({0: 18}) == 0 and len(state.answered) == 0  # a standby's
