@@ -1,0 +1,233 @@
+"""The lease book of one lane of a group that orders by key (`ordering = "key"`, docs/fifo.md).
+
+Kafka's `SharePartition` keeps a state per offset; so does this, for the offsets from the first
+one not done to the last one read. Among the offsets of one key, only the first one not done
+(the key's *head*) may be leased, in offset order: the next waits until it is acked or
+dead-lettered. A released lease (a nack, an expiry) makes the head available again in place,
+after its backoff, with its delivery count kept; the key stays blocked meanwhile. Offsets
+without a key are leased in any order.
+
+A new leader rebuilds a lane from the state records (checkpoints, acks) and the records it
+reads again from the committed offset: a checkpoint may name an offset not read yet, whose key
+is then unknown. Nothing at or after the first offset of unknown key is leased until that record
+has been read again ("catch up before acting"), so no key is handed out twice.
+
+Statuses are the ledger's (`revive.ledger`); every method is deterministic in its arguments, so
+a replay answers as the live lane did.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum, auto
+
+from revive.ledger import ACKED, ACKED_LATE, ALREADY_ACKED, INVALID, OK, SUPERSEDED
+
+
+class State(Enum):
+    AVAILABLE = auto()  # to be leased once `available_at_ms` has come and it heads its key
+    LEASED = auto()
+    DONE = auto()  # acked or dead-lettered
+
+
+class _Unknown:
+    """The key of an offset a replayed checkpoint names before the record is read again."""
+
+
+UNKNOWN = _Unknown()
+Key = bytes | None  # None: the record has no key
+
+
+@dataclass(slots=True)
+class Slot:
+    key: Key | _Unknown
+    state: State = State.AVAILABLE
+    deliveries: int = 0  # how many times it was leased
+    available_at_ms: int = 0
+    checkpoint_id: int = 0  # its last lease's
+    deadline_ms: int = 0
+    reported: bool = False  # its lease's expiry was handed out by `expired`
+    acked: bool = False
+
+
+class KeyLane:
+    def __init__(self) -> None:
+        self._slots: dict[int, Slot] = {}
+        self._offsets: deque[int] = deque()  # the window's offsets, in order
+        self._heads: dict[bytes, deque[int]] = {}  # each key's offsets not done, in order
+        # The offset after the last record read; below it, an offset not in the window is
+        # done (or no record). None until the first record is read.
+        self._read_to: int | None = None
+        self._last_checkpoint = 0
+
+    # -- what the fetcher reads ----------------------------------------------------------
+
+    def read_from(self, offset: int) -> None:
+        """Records are read from `offset` on (the group's committed offset): what lies below
+        it is done."""
+        if self._read_to is None or offset > self._read_to:
+            self._read_to = offset
+            self._trim()
+
+    def offer(self, offset: int, key: Key) -> None:
+        """The record at `offset` was read. Records are read in offset order, from the
+        group's committed offset (`read_from`): what lies below the first one read is done."""
+        if self._read_to is not None and offset < self._read_to:
+            return  # read before
+        self._read_to = offset + 1
+        slot = self._slots.get(offset)
+        if slot is None:
+            self._add(offset, Slot(key))
+        elif slot.key is UNKNOWN:
+            slot.key = key
+            if slot.state is not State.DONE:
+                self._block(offset, key)
+        self._trim()
+
+    # -- pop -----------------------------------------------------------------------------
+
+    def eligible(self, wanted: int, now_ms: int) -> list[tuple[int, int]]:
+        """Up to `wanted` (offset, delivery count it would have) to lease now, in offset order;
+        none at or past an offset whose record was not read again yet."""
+        found: list[tuple[int, int]] = []
+        for offset in self._offsets:
+            if len(found) >= wanted:
+                break
+            slot = self._slots[offset]
+            if slot.key is UNKNOWN:
+                break
+            if slot.state is not State.AVAILABLE or slot.available_at_ms > now_ms:
+                continue
+            if slot.key is None or self._heads[slot.key][0] == offset:
+                found.append((offset, slot.deliveries + 1))
+        return found
+
+    def open_checkpoint(
+        self, checkpoint_id: int, offsets: list[int], counts: list[int], deadline_ms: int
+    ) -> None:
+        """Lease `offsets` (live: what `eligible` gave; replayed: as the record says)."""
+        if checkpoint_id <= self._last_checkpoint:
+            raise ValueError(f"checkpoint id {checkpoint_id} not above {self._last_checkpoint}")
+        if not offsets or len(offsets) != len(counts):
+            raise ValueError("a checkpoint needs offsets and one delivery count per offset")
+        for offset in offsets:
+            slot = self._slots.get(offset)
+            if slot is not None and slot.state is not State.AVAILABLE:
+                raise ValueError(f"offset {offset} is not available")
+        self._last_checkpoint = checkpoint_id
+        for offset, count in zip(offsets, counts, strict=True):
+            slot = self._slots.get(offset)
+            if slot is None:
+                slot = self._add(offset, Slot(UNKNOWN))
+            slot.state, slot.deliveries, slot.reported = State.LEASED, count, False
+            slot.checkpoint_id, slot.deadline_ms = checkpoint_id, deadline_ms
+
+    # -- settle --------------------------------------------------------------------------
+
+    def ack(self, checkpoint_id: int, offset: int, now_ms: int) -> str:
+        slot, status = self._lease(checkpoint_id, offset)
+        if slot is None:
+            return status
+        self._done(offset, slot, acked=True)
+        return ACKED_LATE if now_ms >= slot.deadline_ms else ACKED
+
+    def release(self, checkpoint_id: int, offset: int, available_at_ms: int) -> str:
+        """A nack or an expiry: the message comes again in place at `available_at_ms`."""
+        slot, status = self._lease(checkpoint_id, offset)
+        if slot is None:
+            return status
+        slot.state, slot.available_at_ms = State.AVAILABLE, available_at_ms
+        return OK
+
+    def dead_letter(self, checkpoint_id: int, offset: int) -> str:
+        slot, status = self._lease(checkpoint_id, offset)
+        if slot is None:
+            return status
+        self._done(offset, slot, acked=False)
+        return OK
+
+    def change_deadline(
+        self, checkpoint_id: int, offset: int, deadline_ms: int, now_ms: int
+    ) -> str:
+        slot, status = self._lease(checkpoint_id, offset)
+        if slot is None:
+            return status
+        if slot.reported or now_ms >= slot.deadline_ms:
+            return SUPERSEDED  # the revive loop may be releasing it already
+        slot.deadline_ms = deadline_ms
+        return OK
+
+    def expired(self, now_ms: int) -> list[tuple[int, int, int]]:
+        """(checkpoint id, offset, delivery count) of leases past their deadline, each once."""
+        due = []
+        for offset in self._offsets:
+            slot = self._slots[offset]
+            if slot.state is State.LEASED and not slot.reported and slot.deadline_ms <= now_ms:
+                slot.reported = True
+                due.append((slot.deadline_ms, slot.checkpoint_id, offset, slot.deliveries))
+        return [(cp, offset, count) for _, cp, offset, count in sorted(due)]
+
+    # -- offsets -------------------------------------------------------------------------
+
+    def low_watermark(self, cursor: int) -> int:
+        """The offset to commit: the first one not done, else `cursor`, the next to read."""
+        return self._offsets[0] if self._offsets else cursor
+
+    def in_flight(self) -> int:
+        return sum(slot.state is State.LEASED for slot in self._slots.values())
+
+    def blocked_keys(self) -> int:
+        return len(self._heads)
+
+    # -- inside --------------------------------------------------------------------------
+
+    def _add(self, offset: int, slot: Slot) -> Slot:
+        self._slots[offset] = slot
+        if not self._offsets or offset > self._offsets[-1]:
+            self._offsets.append(offset)
+        else:
+            self._offsets.insert(bisect.bisect(self._offsets, offset), offset)
+        if not isinstance(slot.key, _Unknown):
+            self._block(offset, slot.key)
+        return slot
+
+    def _block(self, offset: int, key: Key) -> None:
+        if key is not None:
+            offsets = self._heads.setdefault(key, deque())
+            offsets.insert(bisect.bisect(offsets, offset), offset)
+
+    def _lease(self, checkpoint_id: int, offset: int) -> tuple[Slot | None, str]:
+        """The slot leased at (checkpoint id, offset), else the status to answer."""
+        if checkpoint_id > self._last_checkpoint:
+            return None, INVALID  # never issued here
+        slot = self._slots.get(offset)
+        if slot is None:  # done and out of the window, or never leased
+            read = self._read_to is not None and offset < self._read_to
+            return None, ALREADY_ACKED if read else INVALID
+        if slot.checkpoint_id != checkpoint_id:
+            return None, SUPERSEDED if checkpoint_id < slot.checkpoint_id else INVALID
+        if slot.state is State.LEASED:
+            return slot, OK
+        if slot.state is State.DONE and slot.acked:
+            return None, ALREADY_ACKED
+        return None, SUPERSEDED  # released, or dead-lettered
+
+    def _done(self, offset: int, slot: Slot, acked: bool) -> None:
+        slot.state, slot.acked = State.DONE, acked
+        if isinstance(slot.key, bytes):
+            offsets = self._heads[slot.key]
+            offsets.remove(offset)
+            if not offsets:
+                del self._heads[slot.key]
+        self._trim()
+
+    def _trim(self) -> None:
+        """Done offsets leave the window from its start, once read: a replayed checkpoint's
+        offsets stay until the records before them are read again."""
+        read_to = -1 if self._read_to is None else self._read_to
+        while self._offsets and self._offsets[0] < read_to:
+            if self._slots[self._offsets[0]].state is not State.DONE:
+                break
+            del self._slots[self._offsets.popleft()]
