@@ -6,7 +6,9 @@ transactional producer (fencing is per shard and role) and its own restarts, so 
 never rebuilds another. When a shard moves away its pop role stops, and its delay role delivers
 on until the new owner, having read the shard's schedules, fences it (a handover; the same when
 this worker leaves the group). RocksDB thus has one writer per shard at a time: the standby
-leaves the shards of those roles alone.
+leaves the shards of those roles alone. Each role's life here is a `RoleLife` in named phases
+(`cluster.role_life`): leading, then handing over (a delay role whose shard moved away) or
+stopping at once, then gone once it has ended.
 
 The standby keeps the pop state of only the shards this worker would take over next (the process
 chooses them: those of the members it watches, `cluster.ring.guardian`), as Kafka Streams
@@ -23,11 +25,12 @@ restarts after `STANDBY_RETRY_S` to take it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple, cast
 
 import structlog
 
+from cluster.role_life import Phase, RoleLife, in_phase
 from cluster.standby import Standby
 from delay_service.schedules import Freshness
 from foundation.metrics import IS_LEADER, SHARD_LEADER, SHARD_STANDBY
@@ -65,37 +68,39 @@ class Conductor:
     ) -> None:
         self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
         self._schedules_kept, self._wake = schedules_kept, wake
-        self._led: dict[int, dict[str, Supervisor]] = {}
+        # Every role here until it ends, by shard; a shard's tuple is replaced whole, so a
+        # reader on another thread sees one or the other.
+        self._lives: dict[int, tuple[RoleLife, ...]] = {}
         self._claimed: Shards = frozenset()  # the shards the group last gave this worker
-        # Delay roles of shards the group moved away, delivering until the new owner fences
-        # them, with when to stop them anyway.
-        self._handing_over: dict[int, tuple[Supervisor, float]] = {}
         # The standby, replaced as one for readers on other threads, and the shards whose
         # schedules it leaves to roles here (led or handing over).
         self._standby: RunningStandby | None = None
         self._standby_skips: frozenset[int] = frozenset()
         self._caught_up_once = False
-        # Roles asked to stop, by shard, with when they were asked, until they end. A revoked
-        # role stuck in a bounded Kafka call (10 s) holds up only its own shard, if it comes
-        # back, never the start of other shards given here.
-        self._stopping: dict[int, list[tuple[Supervisor, float]]] = {}
         self._reconciles = 0  # how many reconciles have ended (`await_released` counts them)
 
     @property
     def led(self) -> frozenset[int]:
-        return frozenset(self._led)
+        return frozenset(
+            shard for shard, lives in list(self._lives.items()) if in_phase(lives, Phase.LEADING)
+        )
+
+    def _in(self, phase: Phase) -> list[RoleLife]:
+        """The roles in `phase`, in shard order (the conductor's thread only)."""
+        return [
+            life for shard in sorted(self._lives) for life in in_phase(self._lives[shard], phase)
+        ]
 
     def wait_s(self) -> float | None:
         """Until the next deadline of a reconcile's own (a handover's end, a stuck role's stop
         given up on, a standby short of stores restarted); None: none. Everything else a
         reconcile acts on wakes it (`wake`, and the caller's own events)."""
         now = time.monotonic()
-        deadlines = [until for _, until in self._handing_over.values()]
+        deadlines = [life.until for life in self._in(Phase.HANDING_OVER)]
         deadlines += [
-            asked + STOP_TIMEOUT_S
-            for shard, stopping in self._stopping.items()
-            if shard in self._claimed
-            for _, asked in stopping
+            life.since + STOP_TIMEOUT_S
+            for life in self._in(Phase.STOPPING)
+            if life.shard in self._claimed
         ]
         role = cast(Standby | None, self._standby.supervisor.role) if self._standby else None
         if role is not None and role.kept != role.wanted:
@@ -107,9 +112,9 @@ class Conductor:
         shards it is to follow (never one whose schedules a role here writes)."""
         self._claimed = owned
         self._end_handovers()
-        for shard in sorted(owned & self._handing_over.keys()):  # moved back: start afresh
-            self._retire(shard, self._handing_over[shard][0])
-            del self._handing_over[shard]
+        for life in self._in(Phase.HANDING_OVER):
+            if life.shard in owned:  # moved back: start afresh
+                self._retire(life)
         self._forget_stopped()
         for shard in owned ^ self.led:
             SHARD_LEADER.labels(str(shard)).set(int(shard in owned))
@@ -118,7 +123,7 @@ class Conductor:
         # A shard handed over stays out of the standby until its roles here end (one writer of
         # its schedules in RocksDB): the standby restarts once per move, when the shard is
         # fenced away, not also when it is revoked.
-        skips = frozenset(owned | self._handing_over.keys() | self._stopping.keys())
+        skips = frozenset(owned | self._lives.keys())
         follow -= skips
         keeps = self._schedules_kept(skips, follow)
         running = self._standby
@@ -138,10 +143,11 @@ class Conductor:
         for shard in sorted(owned - self.led):
             if self._still_stopping(shard):
                 continue  # its old role must end first: one writer per shard and role
-            self._led[shard] = {
-                name: self._supervise(name, shard, _bound(make, shard))
+            started = [
+                RoleLife(shard, name, self._supervise(name, shard, _bound(make, shard)))
                 for name, make in self._roles.items()
-            }
+            ]
+            self._lives[shard] = (*self._lives.get(shard, ()), *started)
             log.info("leading", shard=shard)
         self._reconciles += 1
 
@@ -170,14 +176,9 @@ class Conductor:
         return True
 
     def _in_fence(self, shard: int) -> bool:
-        """Is a role of `shard` here inside an `init_transactions`? (Called from the group's
-        thread: reads one reference at a time, and copies before it iterates. The conductor
-        puts a role in its next place before it takes it out of the last, so none is missed.)"""
-        roles = list(self._led.get(shard, {}).values())
-        handing_over = self._handing_over.get(shard)
-        roles += [handing_over[0]] if handing_over is not None else []
-        roles += [supervisor for supervisor, _ in list(self._stopping.get(shard, []))]
-        return any(supervisor.health.in_fence for supervisor in roles)
+        """Is a role of `shard` here, in any phase, inside an `init_transactions`? (Called from
+        the group's thread: a shard's roles are one tuple, read once.)"""
+        return any(life.supervisor.health.in_fence for life in self._lives.get(shard, ()))
 
     def leave(self, timeout_s: float, others: Callable[[], bool]) -> None:
         """This worker left the group: its shards' delay roles deliver until their new owners
@@ -186,36 +187,33 @@ class Conductor:
         deadline = time.monotonic() + timeout_s
         self._claimed = frozenset()
         self._hand_over(self.led, deadline)
-        while self._handing_over and time.monotonic() < deadline and others():
+        while self._in(Phase.HANDING_OVER) and time.monotonic() < deadline and others():
             time.sleep(0.05)
             self._end_handovers()
 
     def stop(self) -> None:
-        roles = [
-            supervisor for shard_roles in self._led.values() for supervisor in shard_roles.values()
-        ]
-        roles += [supervisor for supervisor, _ in self._handing_over.values()]
-        roles += [supervisor for stopping in self._stopping.values() for supervisor, _ in stopping]
+        roles = [life.supervisor for lives in self._lives.values() for life in lives]
         if self._standby is not None:
             roles.append(self._standby.supervisor)
         self._claimed = frozenset()
-        self._led.clear()
-        self._handing_over.clear()
-        self._stopping.clear()
+        self._lives = {}
         self._standby = None
         self._stop(*roles)
 
     def started(self, shard: int) -> bool:
         """Have all roles of this led shard finished starting?"""
-        return all(s.role is not None for s in self._led.get(shard, {}).values())
+        return all(
+            life.supervisor.role is not None
+            for life in in_phase(self._lives.get(shard), Phase.LEADING)
+        )
 
     def pop_services(self) -> list[PopService]:
         """The started pop services of the shards led here."""
         return [s for s in map(self.pop_service, list(self._led)) if s is not None]
 
     def pop_service(self, shard: int) -> PopService | None:
-        supervisor = self._led.get(shard, {}).get("pop")
-        role = supervisor.role if supervisor is not None else None
+        pop = _named("pop", in_phase(self._lives.get(shard), Phase.LEADING))
+        role = pop.supervisor.role if pop is not None else None
         return role if isinstance(role, PopService) else None
 
     def freshness(self, shard: int) -> Freshness:
@@ -225,12 +223,13 @@ class Conductor:
         role released while starting finishes its start (the API waits, as Karapace catches up
         before it acts); else elsewhere: the API asks the shard's owner. (Called from the API's
         thread: reads one reference at a time.)"""
-        delay = self._led.get(shard, {}).get("delay")
-        if delay is not None and delay.role is not None:
+        lives = self._lives.get(shard, ())
+        delay = _named("delay", in_phase(lives, Phase.LEADING))
+        if delay is not None and delay.supervisor.role is not None:
             return Freshness.CURRENT
-        handing_over = self._handing_over.get(shard)
-        if handing_over is not None and not handing_over[0].ended:
-            started = handing_over[0].role is not None
+        handing_over = _named("delay", in_phase(lives, Phase.HANDING_OVER))
+        if handing_over is not None and not handing_over.supervisor.ended:
+            started = handing_over.supervisor.role is not None
             return Freshness.CURRENT if started else Freshness.CATCHING_UP
         standby = self._standby
         if standby is not None and shard in standby.keeps:
@@ -255,50 +254,52 @@ class Conductor:
         Kafka Streams' warm-up replicas let the old owner serve while the new one catches up:
         a new owner whose index did not follow a shard reads it before it fences (`DelayLeader
         .start`), and the shard delivers meanwhile. Every other role is asked to stop now."""
+        for life in self._in(Phase.LEADING):
+            if life.shard not in shards:
+                continue
+            if life.supervisor.release():
+                life.move(Phase.HANDING_OVER, until)
+            else:
+                self._retire(life)
         for shard in sorted(shards):
-            for supervisor in self._led[shard].values():
-                if supervisor.release():
-                    self._handing_over[shard] = (supervisor, until)
-                else:
-                    self._retire(shard, supervisor)
-            del self._led[shard]  # only now: `_in_fence` finds each role in one place or another
-            log.info("stopped leading", shard=shard, handing_over=shard in self._handing_over)
+            handing_over = bool(in_phase(self._lives[shard], Phase.HANDING_OVER))
+            log.info("stopped leading", shard=shard, handing_over=handing_over)
 
     def _end_handovers(self) -> None:
-        """Forget the roles the new owner fenced; stop those it did not fence in time."""
+        """Stop the roles the new owner fenced, and those it did not fence in time."""
         now = time.monotonic()
-        for shard, (supervisor, until) in list(self._handing_over.items()):
-            fenced = supervisor.ended  # read before the stop, which ends it either way
-            if fenced or now >= until:
-                self._retire(shard, supervisor)
-                del self._handing_over[shard]
-                log.info("handover ended", shard=shard, fenced=fenced)
+        for life in self._in(Phase.HANDING_OVER):
+            fenced = life.supervisor.ended  # read before the stop, which ends it either way
+            if fenced or now >= life.until:
+                self._retire(life)
+                log.info("handover ended", shard=life.shard, fenced=fenced)
 
-    def _retire(self, shard: int, supervisor: Supervisor) -> None:
+    def _retire(self, life: RoleLife) -> None:
         """Ask a role to stop, without waiting: it ends after its current step or wait, and
-        `_forget_stopped` lets it go then."""
-        supervisor.request_stop()
-        self._stopping.setdefault(shard, []).append((supervisor, time.monotonic()))
+        `_forget_stopped` lets it go then. A revoked role stuck in a bounded Kafka call (10 s)
+        holds up only its own shard, if it comes back, never the start of other shards."""
+        life.supervisor.request_stop()
+        life.move(Phase.STOPPING)
 
     def _forget_stopped(self) -> None:
-        for shard, stopping in list(self._stopping.items()):
-            running = []
-            for supervisor, asked in stopping:
-                if supervisor.ended:
-                    self._watchdog.forget(supervisor.health)
+        for life in self._in(Phase.STOPPING):
+            if life.supervisor.ended:
+                self._watchdog.forget(life.supervisor.health)
+                kept = tuple(other for other in self._lives[life.shard] if other is not life)
+                if kept:
+                    self._lives[life.shard] = kept
                 else:
-                    running.append((supervisor, asked))
-            if running:
-                self._stopping[shard] = running
-            else:
-                del self._stopping[shard]
+                    del self._lives[life.shard]
 
     def _still_stopping(self, shard: int) -> bool:
         """Does a former role of `shard` still run, asked to stop less than `STOP_TIMEOUT_S`
         ago? Past that it is stuck in a call that ignores its bound: the shard starts anyway
         (the new role's producer fences the old one), and the watchdog shows the stuck one."""
         now = time.monotonic()
-        return any(now - asked < STOP_TIMEOUT_S for _, asked in self._stopping.get(shard, []))
+        return any(
+            life.phase is Phase.STOPPING and now - life.since < STOP_TIMEOUT_S
+            for life in self._lives.get(shard, ())
+        )
 
     def _supervise(self, name: str, shard: int, make: Callable[[LoopHealth], Role]) -> Supervisor:
         supervisor = Supervisor(self._watchdog.watch(LoopHealth(name, shard)), make, self._wake)
@@ -330,6 +331,10 @@ def _short_of_stores(standby: RunningStandby) -> bool:
         and role.kept != role.wanted
         and time.monotonic() - role.started_at >= STANDBY_RETRY_S
     )
+
+
+def _named(name: str, lives: Iterable[RoleLife]) -> RoleLife | None:
+    return next((life for life in lives if life.name == name), None)
 
 
 def _bound(make: Make, shard: int) -> Callable[[LoopHealth], Role]:

@@ -10,7 +10,7 @@ from collections import Counter
 import httpx
 import pytest
 from confluent_kafka import Producer
-from kafka_helpers import TopicReader, pop_until, unique, wait_for
+from kafka_helpers import TopicReader, fetch_quota, pop_until, unique, wait_for
 from test_cli import DONE, FAILED, expect, lines
 from test_cli import kpd as kpd_cli
 
@@ -142,6 +142,15 @@ def forged_dead_letters(bootstrap: str, dlq: str, origin: str, count: int) -> No
     assert producer.flush(30) == 0
 
 
+# The broker's quota on sidecar a's reads while its redrive runs: 30,000 dead letters (some
+# 6 MB) then take it some 15 s, so the test acts on it mid-way whatever the machine's speed.
+SLOW_READ_BYTES_PER_S = 400_000
+
+
+def slowed(bootstrap: str, sidecar) -> contextlib.AbstractContextManager[None]:
+    return fetch_quota(bootstrap, f"kpd-{sidecar.env['KPD_NODE_ID']}", SLOW_READ_BYTES_PER_S)
+
+
 def two_sidecars_and_dead_letters(
     sidecar_factory, new_topic, kafka_bootstrap: str, count: int
 ) -> tuple:
@@ -170,7 +179,10 @@ def test_a_redrive_killed_midway_and_done_again_elsewhere_moves_each_once(
             http.post(f"/v1/groups/{group}/redrive", json={"max_messages": 100_000}, timeout=120)
 
     killed_midway = threading.Thread(target=redrive_on_a)
-    with TopicReader(kafka_bootstrap, a.retry_topic(group)) as retries:
+    with (
+        slowed(kafka_bootstrap, a),
+        TopicReader(kafka_bootstrap, a.retry_topic(group)) as retries,
+    ):
         killed_midway.start()
         wait_for(lambda: retries.poll(0.05), 60, "the first redriven copies committed")
         a.terminate(signal.SIGKILL)
@@ -199,7 +211,10 @@ def test_a_second_redrive_stops_the_first_and_each_goes_back_once(
             answers.append(http.post(f"/v1/groups/{group}/redrive", json={"max_messages": count}))
 
     first = threading.Thread(target=redrive_on_a)
-    with TopicReader(kafka_bootstrap, a.retry_topic(group)) as retries:
+    with (
+        slowed(kafka_bootstrap, a),
+        TopicReader(kafka_bootstrap, a.retry_topic(group)) as retries,
+    ):
         first.start()
         wait_for(lambda: retries.poll(0.05), 60, "the first redriven copies committed")
         with KpdClient(b.url) as kpd:
