@@ -209,7 +209,7 @@ class Conductor:
 
     def pop_services(self) -> list[PopService]:
         """The started pop services of the shards led here."""
-        return [s for s in map(self.pop_service, list(self._led)) if s is not None]
+        return [s for s in map(self.pop_service, self.led) if s is not None]
 
     def pop_service(self, shard: int) -> PopService | None:
         pop = _named("pop", in_phase(self._lives.get(shard), Phase.LEADING))

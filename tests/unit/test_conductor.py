@@ -16,6 +16,7 @@ from cluster.conductor import Conductor
 from delay_service.schedules import Freshness
 from foundation.supervision import LoopHealth
 from foundation.watchdog import Watchdog
+from revive.service import PopService
 
 
 class SlowSteppingRole(SteppingRole):
@@ -465,4 +466,22 @@ def test_a_revoke_without_a_fence_in_flight_waits_for_two_reconciles() -> None:
     f.conductor.reconcile(frozenset({0}), frozenset())
     revoke.join(5)
     assert answers == [True]
+    f.conductor.stop()
+
+
+class PopLike(SteppingRole, PopService):
+    """A stepping role the conductor takes for a pop service (its `__init__` is the role's)."""
+
+    def wake(self) -> None:  # a stepping role's steps end by themselves
+        pass
+
+
+def test_the_pop_services_are_those_of_the_shards_led_here() -> None:
+    f = Fixture(pop_kind=PopLike)
+    f.conductor.reconcile(frozenset({0, 1}), frozenset())
+    wait_for(f.started, 5, "roles started")
+    assert sorted(s.shard for s in f.conductor.pop_services()) == [0, 1]
+    f.conductor.reconcile(frozenset({1}), frozenset({0}))  # shard 0 moved away
+    assert [s.shard for s in f.conductor.pop_services()] == [1]
+    assert f.conductor.pop_service(0) is None
     f.conductor.stop()
