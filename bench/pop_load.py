@@ -35,9 +35,12 @@ def pct(values: list[float], q: float) -> float:
 # -- Kafka helpers (topics: `bench.delay_load.create_topic`) ------------------------------------
 
 
-def produce_backlog(bootstrap: str, topic: str, n: int, **config: Any) -> tuple[float, Producer]:
-    """`n` records (the bench's shape) flushed to `topic`: (records/s, the producer). With a
-    `transactional.id` in `config` they are written in one transaction left open."""
+def produce_backlog(
+    bootstrap: str, topic: str, n: int, keys: int = 0, **config: Any
+) -> tuple[float, Producer]:
+    """`n` records (the bench's shape) flushed to `topic`: (records/s, the producer); each with
+    a key of its own, or one of `keys` keys in turn. With a `transactional.id` in `config` they
+    are written in one transaction left open."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -55,7 +58,7 @@ def produce_backlog(bootstrap: str, topic: str, n: int, **config: Any) -> tuple[
     for i in range(n):
         while True:
             try:
-                producer.produce(topic, value, f"key-{i:012d}".encode())
+                producer.produce(topic, value, f"key-{i % keys if keys else i:012d}".encode())
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -97,7 +100,9 @@ def add_leases_argument(parser: argparse.ArgumentParser) -> None:
 
 
 class Sidecar(SidecarProcess):
-    def __init__(self, bootstrap: str, home: Path, leases: str = "durable") -> None:
+    def __init__(
+        self, bootstrap: str, home: Path, leases: str = "durable", ordering: str = "none"
+    ) -> None:
         env = isolated_env(
             bootstrap,
             "bench-pop",
@@ -105,6 +110,7 @@ class Sidecar(SidecarProcess):
             f"bench-{uuid.uuid4().hex[:6]}",
             log_level="WARNING",
             group_defaults__leases=leases,  # every group's: docs/lease-modes.md
+            group_defaults__ordering=ordering,  # docs/fifo.md
         )
         super().__init__(env, home / "sidecar.log")
         self.buffer = env["KPD_BUFFER_TOPIC"]

@@ -18,6 +18,7 @@ from delay_service.schedule_follower import schedule_reading
 from foundation.state_follower import StateFollower
 from foundation.supervision import LoopHealth
 from revive.pop_follower import PopFollower
+from revive.pop_state import orders_by_key
 from revive.replay import PopStateReader
 from revive.service import PopDeps, PopService
 
@@ -32,7 +33,7 @@ class ShardRoles:
         self._owners, self._url = owners, url
         self._index, self._home = place  # this worker's index among its sidecar's, the sidecar
         self._settings, self._shards = delay.settings, pop.shards
-        self._pop_follower = PopFollower(pop.shards)
+        self._pop_follower = PopFollower(pop.shards, orders_by_key(pop.settings))
         self._refused: dict[int, dict[Hashable, str]] = {}  # per shard (see DelayLeader)
 
     def delay(self, shard: int, health: LoopHealth) -> DelayLeader:

@@ -65,8 +65,19 @@ class GroupSettings(BaseModel):
     # "memory": a pop is answered before its lease is written, which the next ack, nack, lease
     # change or expiry of its shard writes; a crash forgets it (docs/lease-modes.md).
     leases: Literal["durable", "memory"] = "durable"
+    # "key": the messages of one key (in a partition) are leased one at a time, in offset order,
+    # and a nacked or expired one comes again in place (docs/fifo.md).
+    ordering: Literal["none", "key"] = "none"
     retry_topic: Topic | None = None  # default: <state topic prefix>retry.<group>
     dlq_topic: Topic | None = None  # default: <state topic prefix>dlq.<group>
+
+    @model_validator(mode="after")
+    def _ordered_leases_are_durable(self) -> GroupSettings:
+        # A crash would hand a message out again while its key's earlier lease, forgotten
+        # with it, may still be worked on.
+        if self.ordering == "key" and self.leases == "memory":
+            raise ValueError('ordering = "key" needs leases = "durable"')
+        return self
 
 
 class Settings(BaseSettings):

@@ -21,10 +21,11 @@ from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 from kpd_core import lane_name as lane_name  # the face of lane names for the rest of revive
 from kpd_core import lane_runs
 
+from foundation.clock import now_ms
 from foundation.kafka_clients import consume_ready, state_consumer
 from revive import seek_stamps
-from revive.copies import Provenance
-from revive.source_record import SourceRecord
+from revive.lanes import Fetched, LaneKey
+from revive.ordered_lanes import OrderedLanes
 
 PAUSE_AT = 5_000  # buffered records per partition before fetching pauses (bounds memory)
 RESUME_AT = 1_000
@@ -36,12 +37,6 @@ FETCH_CHUNKS = 4  # per call: as many records as one consume of 2,000 moved befo
 # only the idle polling (10 a second per group and shard at 100 ms) and how soon a topic newly
 # popped, or a partition resumed, joins the fetch.
 FETCH_WAIT_MS = 500
-# (lane name, partition); `lane_name` is `orders` for originals and `kpd.retry.g/orders` for
-# retries (no topic name has a `/`).
-LaneKey = tuple[str, int]
-# A lane's entry. The tuple holds untracked objects only, so the collector untracks it at its
-# first collection (`revive.source_record`).
-Fetched = tuple[SourceRecord, Provenance]
 # Retry-topic records whose kpd headers cannot be trusted gather under this origin ("" is no
 # topic name, so no pop asks for it); the pop service dead-letters them with the reason.
 UNTRUSTED = ""
@@ -64,11 +59,13 @@ class GroupFetcher:
         client_config: dict[str, Any],
         last_leased: Callable[[LaneKey], int],
         owns: Callable[[str, int], bool],
+        ordered: OrderedLanes | None = None,  # a group ordered by key: its origin lanes
     ) -> None:
         self.group, self.retry_topic = group, retry_topic
         self.consumer = state_consumer(client_config, group, **{"fetch.wait.max.ms": FETCH_WAIT_MS})
         self._last_leased = last_leased  # offsets up to it are known to the ledgers already
         self._owns = owns  # (topic, partition) -> does this shard serve that source partition?
+        self.ordered = ordered
         self.topics: set[str] = set()
         # Origins whose topic was deleted while this group read it: no pop can ask for their
         # retry copies any more, so they are dead-lettered (`Leaser.dead_letter_unpoppable`).
@@ -111,6 +108,10 @@ class GroupFetcher:
             for tp in committed
         ]
         self.committed.update({(tp.topic, tp.partition): tp.offset for tp in committed})
+        if self.ordered is not None and topic != self.retry_topic:
+            for tp in committed:
+                if tp.topic == topic:
+                    self.ordered.start((topic, tp.partition), tp.offset)
         self.consumer.incremental_assign(start)
         self.assignment.extend(start)
         self.topics.update(new)
@@ -135,6 +136,8 @@ class GroupFetcher:
         lane = self._lanes.get((topic, partition))
         if lane:
             self._lanes[(topic, partition)] = deque()
+        if self.ordered is not None:
+            self.ordered.reposition(tp)
         self.consumer.incremental_unassign([TopicPartition(topic, partition)])
         self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
         self.committed[tp] = offset
@@ -172,6 +175,8 @@ class GroupFetcher:
             deadline = time.monotonic() + wait_s
             while (left := deadline - time.monotonic()) > 0 and self._behind(until):
                 self._sort(consume_ready(self.consumer, FETCH_CHUNK, left), arrived)
+        if self.ordered is not None:  # records read may wait for their key: what is ready
+            arrived |= self.look_at_ordered()
         return arrived
 
     def _behind(self, until: dict[tuple[str, int], int]) -> bool:
@@ -184,6 +189,10 @@ class GroupFetcher:
             tp = (run[0][0].topic, partition)
             self._handed[tp] = run[-1][0].offset + 1
             key = (lane, partition)
+            if self.ordered is not None and "/" not in lane:
+                # every record: its lane says what is done (arrivals: `look_at_ordered`)
+                self._count(tp, self.ordered.add(key, run))
+                continue
             floor = self._last_leased(key)  # leased before a restart: the ledger has it
             if run[0][0].offset <= floor:
                 run = [pair for pair in run if pair[0].offset > floor]
@@ -210,17 +219,35 @@ class GroupFetcher:
             if len(taken) > before:  # a lane holds records of one partition
                 record = taken[-1][1][0]
                 self._count((record.topic, record.partition), before - len(taken))
+        if self.ordered is not None:  # kept until done: counted then (`look_at_ordered`)
+            now = now_ms()
+            for key in self.ordered.lanes():
+                if key[0] == topic and len(taken) < limit:
+                    taken += [(key, f) for f in self.ordered.take(key, limit - len(taken), now)]
         return taken
+
+    def look_at_ordered(self) -> set[str]:
+        """Forget the records of ordered lanes whose message is done, and count what they
+        could hand out now; the topics whose lanes could hand out more than before."""
+        if self.ordered is None:
+            return set()
+        for key in self.ordered.lanes():
+            self._count(key, -self.ordered.drop_done(key))
+        return self.ordered.count_ready(now_ms())
 
     def available(self, topic: str, retries: bool | None = None) -> int:
         """Buffered records for pops of `topic`: retry copies, originals, or (None) both. Called
         from the event loop while the service thread may drop lanes: a lane gone counts 0."""
         lanes = self._by_origin.get(topic, ())
-        return sum(
+        buffered = sum(
             len(self._lanes.get(key, ()))
             for key in lanes
             if retries is None or ("/" in key[0]) == retries
         )
+        if self.ordered is None or retries:
+            return buffered
+        ready = list(self.ordered.ready.items())
+        return buffered + sum(count for key, count in ready if key[0] == topic)
 
     def unread(self, topic: str) -> bool:
         """Has the consumer fetched records for pops of `topic` that it has not handed over yet?
@@ -271,6 +298,9 @@ class GroupFetcher:
         }
         for key in [key for key in self._lanes if source_topic(key[0]) in gone]:
             del self._lanes[key]
+        for key in self.ordered.lanes() if self.ordered is not None else ():
+            if key[0] in gone:
+                self.ordered.reposition(key)
         for held in (self.committed, self._buffered, self._handed):
             for tp in [tp for tp in held if tp[0] in gone]:
                 del held[tp]

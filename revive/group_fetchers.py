@@ -17,6 +17,7 @@ from foundation.shards import ShardMap
 from foundation.topics import TopicCache, TopicSpec, ensure_topics, with_message_limit
 from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic
 from revive.inbox import Arrivals
+from revive.ordered_lanes import OrderedLanes
 from revive.pop_state import PopState
 from revive.resume import GroupResumer
 
@@ -121,6 +122,13 @@ class GroupFetchers:
             fetcher.add_topic(topic, self._timeout_s)
         return fetcher
 
+    def look_at_ordered(self, on_available: Callable[[str, str], None]) -> None:
+        """After a step of acks, releases and expiries: tell `on_available` of each (group,
+        topic) whose lanes by key can hand out more now."""
+        for group, fetcher in self.by_group.items():
+            for topic in fetcher.look_at_ordered():
+                on_available(group, topic)
+
     def forget(self, group: str) -> None:
         """The group was deleted: stop reading for it here (a later pop starts it afresh)."""
         fetcher = self.by_group.pop(group, None)
@@ -210,11 +218,15 @@ class GroupFetchers:
             self._settings.topic_replication,
             self._timeout_s,
         )
-        shards, shard = self._shards, self._shard
+        shards, shard, state = self._shards, self._shard, self._state
+        ordered = None
+        if group_settings.ordering == "key":
+            ordered = OrderedLanes(lambda lane: state.key_lane((group, *lane)))
         return GroupFetcher(
             group,
             group_settings.retry_topic,
             self._client_config,
-            lambda lane: self._state.last_leased.get((group, *lane), -1),
+            lambda lane: state.last_leased.get((group, *lane), -1),
             lambda topic, partition: shards.of_lane(group, topic, partition) == shard,
+            ordered,
         )

@@ -19,7 +19,9 @@ a replay answers as the live lane did.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum, auto
 
@@ -61,6 +63,16 @@ class KeyLane:
         # done (or no record). None until the first record is read.
         self._read_to: int | None = None
         self._last_checkpoint = 0
+        self._superseded_through = 0  # a seek ended every lease of a checkpoint up to this id
+        self._done_since: list[int] = []  # offsets done since `take_done` last asked
+        # (deadline, offset, checkpoint id) of leases, and (available at, offset) of releases,
+        # as Kafka's timer keeps its buckets: entries that no longer hold are skipped lazily.
+        self._deadlines: list[tuple[int, int, int]] = []
+        self._releases: list[tuple[int, int]] = []
+        self._leased = 0
+        # The offsets a pop may take once their time has come, in order: available ones that
+        # head their key or have none. Pops walk these, not the whole window.
+        self._ready: list[int] = []
 
     # -- what the fetcher reads ----------------------------------------------------------
 
@@ -84,7 +96,18 @@ class KeyLane:
             slot.key = key
             if slot.state is not State.DONE:
                 self._block(offset, key)
+            self._refresh(offset)
         self._trim()
+
+    def pending(self, offset: int) -> bool:
+        """Is the message at `offset` still to be done (its record must be kept)?"""
+        slot = self._slots.get(offset)
+        return slot is not None and slot.state is not State.DONE
+
+    def take_done(self) -> list[int]:
+        """The offsets done since the last call: their records are no longer needed."""
+        done, self._done_since = self._done_since, []
+        return done
 
     # -- pop -----------------------------------------------------------------------------
 
@@ -92,20 +115,16 @@ class KeyLane:
         """Up to `wanted` (offset, delivery count it would have) to lease now, in offset order;
         none at or past an offset whose record was not read again yet."""
         found: list[tuple[int, int]] = []
-        for offset in self._offsets:
+        for offset in self._ready:  # all read again: below every offset of unknown key
             if len(found) >= wanted:
                 break
             slot = self._slots[offset]
-            if slot.key is UNKNOWN:
-                break
-            if slot.state is not State.AVAILABLE or slot.available_at_ms > now_ms:
-                continue
-            if slot.key is None or self._heads[slot.key][0] == offset:
+            if slot.available_at_ms <= now_ms:
                 found.append((offset, slot.deliveries + 1))
         return found
 
     def open_checkpoint(
-        self, checkpoint_id: int, offsets: list[int], counts: list[int], deadline_ms: int
+        self, checkpoint_id: int, offsets: Sequence[int], counts: Sequence[int], deadline_ms: int
     ) -> None:
         """Lease `offsets` (live: what `eligible` gave; replayed: as the record says)."""
         if checkpoint_id <= self._last_checkpoint:
@@ -123,8 +142,18 @@ class KeyLane:
                 slot = self._add(offset, Slot(UNKNOWN))
             slot.state, slot.deliveries, slot.reported = State.LEASED, count, False
             slot.checkpoint_id, slot.deadline_ms = checkpoint_id, deadline_ms
+            heapq.heappush(self._deadlines, (deadline_ms, offset, checkpoint_id))
+            self._refresh(offset)
+        self._leased += len(offsets)
 
     # -- settle --------------------------------------------------------------------------
+
+    def ack_status(self, checkpoint_id: int, offset: int, now_ms: int) -> str:
+        """What `ack` would answer now, changing nothing."""
+        slot, status = self._lease(checkpoint_id, offset)
+        if slot is None:
+            return status
+        return ACKED_LATE if now_ms >= slot.deadline_ms else ACKED
 
     def ack(self, checkpoint_id: int, offset: int, now_ms: int) -> str:
         slot, status = self._lease(checkpoint_id, offset)
@@ -139,6 +168,9 @@ class KeyLane:
         if slot is None:
             return status
         slot.state, slot.available_at_ms = State.AVAILABLE, available_at_ms
+        self._leased -= 1
+        heapq.heappush(self._releases, (available_at_ms, offset))
+        self._refresh(offset)
         return OK
 
     def dead_letter(self, checkpoint_id: int, offset: int) -> str:
@@ -157,17 +189,63 @@ class KeyLane:
         if slot.reported or now_ms >= slot.deadline_ms:
             return SUPERSEDED  # the revive loop may be releasing it already
         slot.deadline_ms = deadline_ms
+        heapq.heappush(self._deadlines, (deadline_ms, offset, checkpoint_id))
         return OK
+
+    def next_deadline_ms(self) -> int | None:
+        """When the next lease not reported yet ends (None: no lease is open)."""
+        deadlines = self._deadlines
+        while deadlines and not self._holds(deadlines[0]):
+            heapq.heappop(deadlines)
+        return deadlines[0][0] if deadlines else None
+
+    def next_available_ms(self, now_ms: int) -> int | None:
+        """When a released message of this lane may be leased next, if later than now."""
+        releases = self._releases
+        while releases:
+            at, offset = releases[0]
+            slot = self._slots.get(offset)
+            waiting = slot is not None and slot.state is State.AVAILABLE
+            if waiting and slot.available_at_ms == at and at > now_ms:
+                return at
+            heapq.heappop(releases)
+        return None
+
+    def seek(self, offset: int) -> None:
+        """The group's position moved to `offset`, either way: every lease ends (its receipt
+        answers superseded), and records are read again from there."""
+        self._superseded_through = self._last_checkpoint
+        self._done_since += [o for o, slot in self._slots.items() if slot.state is not State.DONE]
+        self._slots.clear()
+        self._offsets.clear()
+        self._heads.clear()
+        self._deadlines, self._releases, self._leased, self._ready = [], [], 0, []
+        self._read_to = offset
 
     def expired(self, now_ms: int) -> list[tuple[int, int, int]]:
         """(checkpoint id, offset, delivery count) of leases past their deadline, each once."""
         due = []
-        for offset in self._offsets:
-            slot = self._slots[offset]
-            if slot.state is State.LEASED and not slot.reported and slot.deadline_ms <= now_ms:
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now_ms:
+            entry = heapq.heappop(deadlines)
+            if self._holds(entry):
+                deadline, offset, checkpoint_id = entry
+                slot = self._slots[offset]
                 slot.reported = True
-                due.append((slot.deadline_ms, slot.checkpoint_id, offset, slot.deliveries))
+                due.append((deadline, checkpoint_id, offset, slot.deliveries))
         return [(cp, offset, count) for _, cp, offset, count in sorted(due)]
+
+    def _holds(self, entry: tuple[int, int, int]) -> bool:
+        """Is a deadline entry still a lease's, unreported and not changed since?"""
+        deadline, offset, checkpoint_id = entry
+        slot = self._slots.get(offset)
+        return (
+            slot is not None
+            and slot.state is State.LEASED
+            and slot.checkpoint_id == checkpoint_id
+            and slot.deadline_ms == deadline
+            and not slot.reported
+        )
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -176,7 +254,7 @@ class KeyLane:
         return self._offsets[0] if self._offsets else cursor
 
     def in_flight(self) -> int:
-        return sum(slot.state is State.LEASED for slot in self._slots.values())
+        return self._leased
 
     def blocked_keys(self) -> int:
         return len(self._heads)
@@ -191,17 +269,38 @@ class KeyLane:
             self._offsets.insert(bisect.bisect(self._offsets, offset), offset)
         if not isinstance(slot.key, _Unknown):
             self._block(offset, slot.key)
+            self._refresh(offset)
         return slot
 
     def _block(self, offset: int, key: Key) -> None:
         if key is not None:
             offsets = self._heads.setdefault(key, deque())
             offsets.insert(bisect.bisect(offsets, offset), offset)
+            if offsets[0] == offset and len(offsets) > 1:
+                self._refresh(offsets[1])  # no longer its key's head
+
+    def _refresh(self, offset: int) -> None:
+        """Put `offset` in `_ready`, or take it out, as its slot now says."""
+        slot = self._slots.get(offset)
+        ready = (
+            slot is not None
+            and slot.state is State.AVAILABLE
+            and not isinstance(slot.key, _Unknown)
+            and (slot.key is None or self._heads[slot.key][0] == offset)
+        )
+        at = bisect.bisect_left(self._ready, offset)
+        present = at < len(self._ready) and self._ready[at] == offset
+        if ready and not present:
+            self._ready.insert(at, offset)
+        elif present and not ready:
+            del self._ready[at]
 
     def _lease(self, checkpoint_id: int, offset: int) -> tuple[Slot | None, str]:
         """The slot leased at (checkpoint id, offset), else the status to answer."""
         if checkpoint_id > self._last_checkpoint:
             return None, INVALID  # never issued here
+        if checkpoint_id <= self._superseded_through:
+            return None, SUPERSEDED  # a seek ended it
         slot = self._slots.get(offset)
         if slot is None:  # done and out of the window, or never leased
             read = self._read_to is not None and offset < self._read_to
@@ -216,10 +315,14 @@ class KeyLane:
 
     def _done(self, offset: int, slot: Slot, acked: bool) -> None:
         slot.state, slot.acked = State.DONE, acked
+        self._leased -= 1
+        self._done_since.append(offset)
         if isinstance(slot.key, bytes):
             offsets = self._heads[slot.key]
             offsets.remove(offset)
-            if not offsets:
+            if offsets:
+                self._refresh(offsets[0])  # the key's next message heads it now
+            else:
                 del self._heads[slot.key]
         self._trim()
 

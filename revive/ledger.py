@@ -78,3 +78,4 @@ class Outcome(IntEnum):
     ACKED = 1
     REQUEUED = 2
     DEAD_LETTERED = 3
+    RELEASED = 4  # an ordered lane's nack or expiry: the message comes again in place

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from revive.key_lane import KeyLane
 from revive.ledger import Outcome, PartitionLedger
 from revive.records import (
     AckRecord,
@@ -22,8 +23,11 @@ from revive.records import (
     StateRecord,
 )
 
+# A lane's ledger: in offset order, or by key for a group that orders by key (docs/fifo.md).
+Ledger = PartitionLedger | KeyLane
 
-def apply(ledger: PartitionLedger, record: StateRecord) -> str:
+
+def apply(ledger: Ledger, record: StateRecord) -> str:
     """Apply one record to its ledger; returns the status the live call returned."""
     if isinstance(record, CheckpointRecord):
         ledger.open_checkpoint(
@@ -31,9 +35,10 @@ def apply(ledger: PartitionLedger, record: StateRecord) -> str:
         )
         return "ok"
     if isinstance(record, AckRecord):
+        lease = (record.checkpoint_id, record.offset)
         if record.outcome is Outcome.ACKED:
-            return ledger.ack(record.checkpoint_id, record.offset, record.at_ms)
-        return ledger.settle(record.checkpoint_id, record.offset, record.outcome)
+            return ledger.ack(*lease, record.at_ms)
+        return settle(ledger, *lease, record.outcome, record.at_ms)
     if isinstance(record, SeekRecord):
         ledger.seek(record.offset)
         return "ok"
@@ -42,6 +47,16 @@ def apply(ledger: PartitionLedger, record: StateRecord) -> str:
     return ledger.change_deadline(
         record.checkpoint_id, record.offset, record.deadline_ms, record.at_ms
     )
+
+
+def settle(ledger: Ledger, checkpoint_id: int, offset: int, outcome: Outcome, at_ms: int) -> str:
+    """End a lease other than by an ack. A lane by key releases it in place, available again at
+    `at_ms`, where an offset-ordered ledger settles it as requeued (its retry is a copy)."""
+    if not isinstance(ledger, KeyLane):
+        return ledger.settle(checkpoint_id, offset, outcome)
+    if outcome is Outcome.DEAD_LETTERED:
+        return ledger.dead_letter(checkpoint_id, offset)
+    return ledger.release(checkpoint_id, offset, at_ms)
 
 
 def replay(records: Iterable[StateRecord]) -> dict[LedgerKey, PartitionLedger]:

@@ -8,8 +8,10 @@ not read yet, so a takeover costs the tail of the topic, not a replay.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from foundation.shards import ShardMap
-from revive.pop_state import PopState
+from revive.pop_state import LedgerKey, PopState
 from revive.replay import PopStateReader
 
 Handover = tuple[PopState, dict[int, int]]  # a shard's state, and its partitions' next offsets
@@ -18,8 +20,10 @@ Handover = tuple[PopState, dict[int, int]]  # a shard's state, and its partition
 class PopFollower:
     """What the standby knows of each shard's pop state; it outlives the standby's runs."""
 
-    def __init__(self, shards: ShardMap) -> None:
-        self._shards = shards
+    def __init__(
+        self, shards: ShardMap, ordered: Callable[[LedgerKey], bool] = lambda _: False
+    ) -> None:
+        self._shards, self._ordered = shards, ordered  # `ordered`: `pop_state.orders_by_key`
         self._states: dict[int, PopState] = {}
         self._next: dict[int, int] = {}  # pop-state partition -> the next offset to apply
 
@@ -30,7 +34,7 @@ class PopFollower:
         known = {p: self._next[p] for p in partitions if p in self._next}
         reader.assign(known, [p for p in partitions if p not in known])
         for shard in shards:
-            self._states.setdefault(shard, PopState(self._shards))
+            self._states.setdefault(shard, PopState(self._shards, self._ordered))
 
     def forget(self, shards: frozenset[int]) -> None:
         """Drop what is known of `shards`, no longer followed: following one again starts at its

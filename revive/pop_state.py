@@ -20,11 +20,13 @@ from collections.abc import Callable, Iterable
 import structlog
 
 from foundation.clock import now_ms
+from foundation.config import Settings
 from foundation.shards import ShardMap
 from revive.answered_calls import AnsweredCalls
 from revive.fetcher import source_topic
+from revive.key_lane import KeyLane
 from revive.ledger import PartitionLedger
-from revive.ledger_replay import apply
+from revive.ledger_replay import Ledger, apply
 from revive.records import AnswerRecord, CheckpointRecord, ForgetRecord, SeekRecord, StateRecord
 
 log = structlog.get_logger(__name__)
@@ -36,10 +38,19 @@ Written = tuple[int, int]  # a checkpoint's id and its last offset
 ID_BITS_PER_MS = 10
 
 
+def orders_by_key(settings: Settings) -> Callable[[LedgerKey], bool]:
+    """Is a lane one of a group ordered by key? Its origin lanes are; its retry topic's lanes,
+    which carry only redriven dead letters, are not (docs/fifo.md)."""
+    return lambda key: "/" not in key[1] and settings.group(key[0]).ordering == "key"
+
+
 class PopState:
-    def __init__(self, shards: ShardMap) -> None:
+    def __init__(
+        self, shards: ShardMap, ordered: Callable[[LedgerKey], bool] = lambda _: False
+    ) -> None:
         self._shards = shards
-        self.ledgers: dict[LedgerKey, PartitionLedger] = {}
+        self._ordered = ordered  # does this lane's group order by key? (docs/fifo.md)
+        self.ledgers: dict[LedgerKey, Ledger] = {}
         self.last_leased: dict[LedgerKey, int] = {}  # offsets up to it were handed out
         self.next_checkpoint = 1
         self.dead_lettered: dict[str, int] = {}  # per group, since this leader started
@@ -58,15 +69,15 @@ class PopState:
             self.answered.remember(record)
             return "ok"
         ledger = self.ledgers.get(key)
-        if isinstance(record, CheckpointRecord):
+        if isinstance(record, CheckpointRecord | SeekRecord):
             if ledger is None:
-                ledger = self.ledgers[key] = PartitionLedger(record.offsets[0])
-            self.last_leased[key] = record.offsets[-1]
-            self.next_checkpoint = max(self.next_checkpoint, record.checkpoint_id + 1)
-        elif isinstance(record, SeekRecord):
-            if ledger is None:
-                ledger = self.ledgers[key] = PartitionLedger(record.offset)
-            self.last_leased[key] = record.offset - 1  # pops go on from the new position
+                ledger = self.ledgers[key] = self.new_ledger(key, record)
+            if isinstance(ledger, PartitionLedger):  # a lane by key reads all again
+                last = record.offsets[-1] if isinstance(record, CheckpointRecord) else None
+                # after a seek, pops go on from the new position
+                self.last_leased[key] = record.offset - 1 if last is None else last
+            if isinstance(record, CheckpointRecord):
+                self.next_checkpoint = max(self.next_checkpoint, record.checkpoint_id + 1)
         if ledger is None:
             return "invalid"  # its checkpoint fell out of retention: nothing left to settle
         return apply(ledger, record)
@@ -90,6 +101,21 @@ class PopState:
                     self.answered.placed((record.group, record.request_id), partition, offset)
             self._reached(partition, offset + 1)
         return skipped
+
+    def key_lane(self, key: LedgerKey) -> KeyLane:
+        """The lane by key of `key` (an ordered group's origin lane), made if new."""
+        lane = self.ledgers.get(key)
+        if lane is None:
+            lane = self.ledgers[key] = KeyLane()
+        assert isinstance(lane, KeyLane)
+        return lane
+
+    def new_ledger(self, key: LedgerKey, record: CheckpointRecord | SeekRecord) -> Ledger:
+        """The ledger of a lane met first in `record`."""
+        if self._ordered(key):
+            return KeyLane()
+        start = record.offsets[0] if isinstance(record, CheckpointRecord) else record.offset
+        return PartitionLedger(start)
 
     def drop(self, keys: set[LedgerKey]) -> None:
         """Forget ledgers: their topic was deleted, or their group."""

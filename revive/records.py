@@ -3,7 +3,9 @@
 docs/principles.md, 1: every lease change is first a record in a kpd state topic. Three kinds:
 
 * ``CheckpointRecord``: a pop batch was leased (``PartitionLedger.open_checkpoint``).
-* ``AckRecord``: one delivery ended (ack, nack, reject, revive) with an ``Outcome``.
+* ``AckRecord``: one delivery ended (ack, nack, reject, revive) with an ``Outcome``; for
+  ``RELEASED`` (a lane ordered by key, `revive.key_lane`) ``at_ms`` is when the message may
+  be leased again.
 * ``DeadlineRecord``: one lease's deadline was changed.
 * ``SeekRecord``: the group's position in the partition moved (`revive.seek`): every open lease
   ended, and pops go on from the new offset.

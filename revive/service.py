@@ -46,7 +46,7 @@ from revive.inbox import Arrivals, RequestInbox
 from revive.lease import Leaser
 from revive.offsets import OffsetCommitter, OffsetSender
 from revive.pop_follower import Handover
-from revive.pop_state import PopState
+from revive.pop_state import PopState, orders_by_key
 from revive.pop_step import PopStep, Unwritten
 from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
@@ -115,7 +115,9 @@ class PopService:
         self._floors_sent: dict[int, int] = {}
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
         self._handover = handover
-        self.state = handover[0] if handover is not None else PopState(deps.shards)
+        self.state = (
+            handover[0] if handover is not None else PopState(deps.shards, orders_by_key(settings))
+        )
         self._held = HeldRecords(HELD_RECORD_BYTES)
         self._unwritten = Unwritten()  # memory leases' records, for the next transaction
         self._held_bytes = metrics.HELD_BYTES.labels(str(shard))
@@ -221,6 +223,7 @@ class PopService:
             raise
         for future, answer in step.answers:
             future.set_result(answer)
+        self._fetchers.look_at_ordered(self._deps.on_available)
         self._offsets.touch(step.groups)
         if step.txn.used:
             self._wakes.floors_may_move()

@@ -12,7 +12,9 @@ from typing import Any
 from foundation.clock import now_ms
 from foundation.config import GroupSettings, Settings
 from revive import metrics
-from revive.ledger import ACKED, ACKED_LATE, OK, Outcome, PartitionLedger
+from revive.key_lane import KeyLane
+from revive.ledger import ACKED, ACKED_LATE, OK, Outcome
+from revive.ledger_replay import Ledger, settle
 from revive.pop_state import LedgerKey, PopState
 from revive.pop_step import Copy, PopStep
 from revive.receipt import Receipt
@@ -76,21 +78,23 @@ class Settler:
             group = self._settings.group(key[0])
             for cp, offset, count in ledger.expired(now):
                 reason = _exhausted(group) if count >= group.max_deliveries else None
-                outcome = Outcome.REQUEUED if reason is None else Outcome.DEAD_LETTERED
-                if ledger.settle(cp, offset, outcome) != OK:
+                outcome = _outcome(ledger, reason)
+                if settle(ledger, cp, offset, outcome, now) != OK:
                     continue
                 step.record(AckRecord(*key, cp, offset, outcome, now))
-                step.copies.append(Copy(key, offset, count, reason, 0))
-            deadline = ledger.next_deadline_ms()
-            if deadline is not None and (soonest is None or deadline < soonest):
-                soonest = deadline
+                if outcome is not Outcome.RELEASED:
+                    step.copies.append(Copy(key, offset, count, reason, 0))
+            deadlines = [ledger.next_deadline_ms(), soonest]
+            if isinstance(ledger, KeyLane):  # a released message available again later
+                deadlines.append(ledger.next_available_ms(now))
+            soonest = min((d for d in deadlines if d is not None), default=None)
         return soonest
 
     def _one(
         self,
         kind: str,
         group: GroupSettings,
-        lane: tuple[LedgerKey, PartitionLedger],
+        lane: tuple[LedgerKey, Ledger],
         receipt: Receipt,
         call: tuple[Any, int],
         step: PopStep,
@@ -115,18 +119,29 @@ class Settler:
             reason = _exhausted(group)
         else:
             reason = None
-        outcome = Outcome.REQUEUED if reason is None else Outcome.DEAD_LETTERED
-        status = ledger.settle(cp, offset, outcome)
-        if status != OK:
-            return status
-        step.record(AckRecord(*key, cp, offset, outcome, now))
+        outcome = _outcome(ledger, reason)
         delay = 0
         if kind == "nack" and reason is None:
             # Without delay_ms, the group's backoff for this delivery (the last one repeats).
             backoff = group.backoff_ms[min(receipt.delivery_count, len(group.backoff_ms)) - 1]
             delay = backoff if argument is None else int(argument)
-        step.copies.append(Copy(key, offset, receipt.delivery_count, reason, delay, entry))
+        status = settle(ledger, cp, offset, outcome, now + delay)
+        if status != OK:
+            return status
+        # A release in place is available again at its time: its record says when.
+        at = now + delay if outcome is Outcome.RELEASED else now
+        step.record(AckRecord(*key, cp, offset, outcome, at))
+        if outcome is not Outcome.RELEASED:
+            step.copies.append(Copy(key, offset, receipt.delivery_count, reason, delay, entry))
         return "requeued" if reason is None else "dead_lettered"
+
+
+def _outcome(ledger: Ledger, reason: str | None) -> Outcome:
+    """How a lease that was not acked ends: dead-lettered with a reason, else requeued as a
+    retry copy, or released in place in a lane ordered by key (docs/fifo.md)."""
+    if reason is not None:
+        return Outcome.DEAD_LETTERED
+    return Outcome.RELEASED if isinstance(ledger, KeyLane) else Outcome.REQUEUED
 
 
 def _exhausted(group: GroupSettings) -> str:

@@ -16,7 +16,7 @@ pub fn ack_records<'py>(
     outcome: u8,
     at_ms: i64,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    if !(1..=3).contains(&outcome) {
+    if !(1..=4).contains(&outcome) {
         return Err(PyValueError::new_err(format!("unknown outcome {outcome}")));
     }
     let (group, topic, partition) = &ledger;

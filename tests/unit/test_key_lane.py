@@ -109,6 +109,9 @@ class Run:
         self.open: dict[tuple[int, int], bytes | None] = {}  # (checkpoint, offset) -> key
         self.done: dict[bytes, list[int]] = {}
         self.issued: list[tuple[int, int]] = []
+        self.finished: set[int] = set()  # acked or dead-lettered
+        self.back_at: dict[int, int] = {}  # released: when it may be leased again
+        self.deliveries: dict[int, int] = {}
         self.committed = 0
 
     def apply(self, lane: KeyLane, record: tuple[Any, ...]) -> str:
@@ -124,14 +127,35 @@ class Run:
             self.log.append(record)
         return status
 
-    def settled(self, lease: tuple[int, int], done: bool) -> None:
+    def eligible(self, now: int) -> list[tuple[int, int]]:
+        """What a pop may take, worked out from the model: each key's first message not done,
+        when read, not leased and its time has come; every such keyless one."""
+        leased = {offset for _, offset in self.open}
+        found, seen = [], set()
+        for offset in range(self.read):
+            key = self.keys[offset]
+            if offset in self.finished or (key is not None and key in seen):
+                continue
+            if key is not None:
+                seen.add(key)
+            if offset not in leased and self.back_at.get(offset, 0) <= now:
+                found.append((offset, self.deliveries.get(offset, 0) + 1))
+        return found
+
+    def settled(self, lease: tuple[int, int], done: bool, back_at: int = 0) -> None:
         key = self.open.pop(lease)
+        if done:
+            self.finished.add(lease[1])
+        else:
+            self.back_at[lease[1]] = back_at
         if done and key is not None:
             self.done.setdefault(key, []).append(lease[1])
 
     def check(self) -> None:
         keys = [key for key in self.open.values() if key is not None]
         assert len(keys) == len(set(keys)), "two leases of one key"
+        for now in (self.now, self.now + 10 * LEASE_MS):
+            assert self.lane.eligible(100, now) == self.eligible(now)
         assert all(offsets == sorted(offsets) for offsets in self.done.values())
         assert self.lane.in_flight() == len(self.open)
 
@@ -156,9 +180,10 @@ def test_the_model_holds_and_a_replay_answers_as_the_live_lane(data: st.DataObje
                 offsets, counts = map(list, zip(*found, strict=True))
                 record = ("checkpoint", run.next_id, offsets, counts, run.now + LEASE_MS)
                 assert run.do(record) == "ok"
-                for offset in offsets:
+                for offset, count in zip(offsets, counts, strict=True):
                     run.open[(run.next_id, offset)] = run.keys[offset]
                     run.issued.append((run.next_id, offset))
+                    run.deliveries[offset] = count
                 run.next_id += 1
         elif action in ("ack", "nack", "dead", "extend") and run.open:
             lease = data.draw(st.sampled_from(sorted(run.open)))
@@ -168,7 +193,7 @@ def test_the_model_holds_and_a_replay_answers_as_the_live_lane(data: st.DataObje
             elif action == "nack":
                 delay = data.draw(st.integers(0, 3)) * 100
                 assert run.do(("release", *lease, run.now + delay)) == "ok"
-                run.settled(lease, done=False)
+                run.settled(lease, done=False, back_at=run.now + delay)
             elif action == "dead":
                 assert run.do(("dead_letter", *lease)) == "ok"
                 run.settled(lease, done=True)
@@ -179,7 +204,7 @@ def test_the_model_holds_and_a_replay_answers_as_the_live_lane(data: st.DataObje
             run.now += data.draw(st.integers(0, 2)) * 600
             for checkpoint_id, offset, _ in run.lane.expired(run.now):
                 assert run.do(("release", checkpoint_id, offset, run.now)) == "ok"
-                run.settled((checkpoint_id, offset), done=False)
+                run.settled((checkpoint_id, offset), done=False, back_at=run.now)
         elif action == "commit":
             run.committed = run.lane.low_watermark(run.read)
         run.check()
@@ -201,3 +226,29 @@ def seen(lane: KeyLane, run: Run) -> list[Any]:
     asked = copy.deepcopy(lane)
     later = copy.deepcopy(lane).expired(run.now + 10 * LEASE_MS)
     return [*(asked.ack(*lease, run.now) for lease in run.issued), later]
+
+
+def test_a_seek_ends_every_lease_and_reads_again_from_its_offset() -> None:
+    lane = lane_of([b"a", b"a", b"b"])
+    assert pop(lane, 1, 10, 0) == [0, 2]
+    assert lane.ack_status(1, 0, 0) == "acked" and lane.in_flight() == 2  # asking changes nothing
+    lane.seek(1)
+    assert lane.ack(1, 0, 0) == "superseded" and lane.in_flight() == 0
+    assert lane.eligible(10, 0) == []  # nothing read since
+    lane.offer(1, b"a")
+    lane.offer(2, b"b")
+    assert pop(lane, 2, 10, 0) == [1, 2]
+    assert lane.ack(1, 2, 0) == "superseded"
+    assert lane.ack(2, 2, 0) == "acked"
+
+
+def test_when_the_next_lease_ends_and_the_next_release_comes_back() -> None:
+    lane = lane_of([b"a", b"b"])
+    assert lane.next_deadline_ms() is None
+    assert pop(lane, 1, 10, 0) == [0, 1]
+    assert lane.next_deadline_ms() == LEASE_MS
+    assert lane.release(1, 0, available_at_ms=700) == "ok"
+    assert lane.next_available_ms(0) == 700
+    assert lane.next_available_ms(700) is None  # available now
+    assert lane.expired(LEASE_MS) == [(1, 1, 1)]
+    assert lane.next_deadline_ms() is None  # reported: the revive loop has it

@@ -5,6 +5,7 @@ from __future__ import annotations
 from foundation.clock import now_ms
 from foundation.shards import ShardMap
 from revive.answered_calls import WINDOW_MS
+from revive.key_lane import KeyLane
 from revive.ledger import Outcome
 from revive.pop_state import LedgerKey, PopState
 from revive.records import AckRecord, AnswerRecord, CheckpointRecord, ForgetRecord, SeekRecord
@@ -122,3 +123,22 @@ def test_a_live_answer_holds_the_floor_where_it_was_written() -> None:
     assert state.floors([0], lambda _: -1) == {0: 17}
     assert state.forget_below({0: 17}) == 0 and len(state.answered) == 1
     assert state.forget_below({0: 18}) == 0 and len(state.answered) == 0  # a standby's
+
+
+def test_a_lane_of_a_group_ordered_by_key_is_a_key_lane_read_again_from_the_start() -> None:
+    state = PopState(ShardMap(1, 1), ordered=lambda key: key[0] == "g")
+    other: LedgerKey = ("h", "orders", 0)
+    state.replay(
+        [
+            (0, 1, [leased(ORDERS, 1, range(5, 7)), leased(other, 2, range(5, 7))]),
+            (0, 2, [AckRecord(*ORDERS, 1, 5, Outcome.RELEASED, 9_000)]),
+        ]
+    )
+    lane = state.ledgers[ORDERS]
+    assert isinstance(lane, KeyLane)
+    assert ORDERS not in state.last_leased  # its records are all read again, none skipped
+    assert state.last_leased[other] == 6
+    lane.offer(5, b"a")
+    lane.offer(6, b"b")
+    assert lane.eligible(10, 8_999) == []  # 5 released until 9,000; 6 still leased
+    assert lane.eligible(10, 9_000) == [(5, 2)]
