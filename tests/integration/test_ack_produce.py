@@ -131,6 +131,8 @@ def test_a_call_refused_whole_changes_nothing(sidecar_factory, new_topic, kafka_
         422, "invalid_request"
     )  # fmt: skip
     assert refused(["garbage"], one) == (409, "not_acked")
+    assert refused([receipt], one * 1001) == (422, "invalid_request")  # over the 1000 allowed
+    assert refused([receipt] + [f"r{i}" for i in range(1000)], one) == (422, "invalid_request")
     status, problem = ack_call(sidecar, group, {"receipts": [receipt], "request_id": "r"})
     assert (status, problem["code"]) == (422, "invalid_request")  # request_id needs produce
     with KpdClient(sidecar.url) as kpd:
