@@ -16,12 +16,12 @@ from typing import Any, Literal
 import orjson
 
 from foundation.clock import now_ms
-from revive import metrics
 from revive.ledger import ACKED, ACKED_LATE, INVALID
 from revive.pop_state import LedgerKey, PopState
 from revive.pop_step import PopStep
 from revive.records import AnswerRecord
 from revive.requests import AckProduceRequest
+from revive.settle import ack_leases
 
 Outcome = Literal["done", "not_acked", "request_id_reused"]
 
@@ -56,22 +56,15 @@ def ack_and_produce(request: AckProduceRequest, state: PopState, step: PopStep) 
         statuses.append(ledger.ack_status(receipt.checkpoint_id, receipt.offset, now))
     if not all(status in (ACKED, ACKED_LATE) for status in statuses):
         return _answer(request, {"statuses": statuses, "produced": []}, "not_acked")
-    acked: dict[LedgerKey, list[tuple[int, int]]] = {}
-    for lease in leases:
-        assert lease is not None  # every receipt would be acked
-        key, checkpoint_id, offset = lease
-        state.ledgers[key].ack(checkpoint_id, offset, now)
-        acked.setdefault(key, []).append((checkpoint_id, offset))
-    for key, acks in acked.items():
-        step.acked(key, acks, now)
-    metrics.ACKED.inc(len(leases))
+    ack_leases(state, leases, step, now)
     for record in request.produce:
         extra = {} if record.partition is None else {"partition": record.partition}
         step.txn.produce(record.topic, record.key, record.value, headers=record.headers, **extra)
     stored = {"statuses": statuses, "produced": [record.answer for record in request.produce]}
     if call is not None:
-        first = next(iter(acked))  # its ledger's records carry the answer: the shard's partition
-        answer = AnswerRecord(*first, call[1], request.digest, now, orjson.dumps(stored))
+        first = leases[0]  # its ledger's records carry the answer: the shard's partition
+        assert first is not None  # every receipt was acked
+        answer = AnswerRecord(*first[0], call[1], request.digest, now, orjson.dumps(stored))
         state.apply(answer)
         step.record(answer)
     return _answer(request, stored)

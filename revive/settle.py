@@ -13,7 +13,7 @@ from foundation.clock import now_ms
 from foundation.config import GroupSettings, Settings
 from revive import metrics
 from revive.key_lane import KeyLane
-from revive.ledger import ACKED, ACKED_LATE, OK, Outcome
+from revive.ledger import ACKED, ACKED_LATE, INVALID, OK, Outcome
 from revive.ledger_replay import Ledger, settle
 from revive.pop_state import LedgerKey, PopState
 from revive.pop_step import Copy, PopStep
@@ -49,25 +49,15 @@ class Settler:
 
     def _ack(self, request: SettleRequest, step: PopStep) -> list[dict[str, Any]]:
         """Acks, the common call: each ledger's ack records encoded together once all are in."""
-        results = []
-        now = now_ms()
-        acked: dict[LedgerKey, list[tuple[int, int]]] = {}
-        for text, receipt, _ in request.items:
-            key = (request.group, receipt.topic, receipt.partition)
-            ledger = self._state.ledgers.get(key)
-            if ledger is None:
-                results.append({"receipt": text, "status": "invalid"})
-                continue
-            lease = (receipt.checkpoint_id, receipt.offset)
-            status = ledger.ack(*lease, now)
-            if status in (ACKED, ACKED_LATE):
-                acked.setdefault(key, []).append(lease)
-            results.append({"receipt": text, "status": status})
-        for key, leases in acked.items():
-            step.acked(key, leases, now)
-        if acked:  # one increment per call: a locked counter costs 1 us a time
-            metrics.ACKED.inc(sum(map(len, acked.values())))
-        return results
+        group = request.group
+        leases: list[tuple[LedgerKey, int, int] | None] = [
+            ((group, r.topic, r.partition), r.checkpoint_id, r.offset) for _, r, _ in request.items
+        ]
+        statuses = ack_leases(self._state, leases, step, now_ms())
+        return [
+            {"receipt": text, "status": status}
+            for (text, _, _), status in zip(request.items, statuses, strict=True)
+        ]
 
     def expire(self, step: PopStep) -> int | None:
         """Leases that ended without an ack: available again at once, or dead-lettered. Returns
@@ -134,6 +124,30 @@ class Settler:
         if outcome is not Outcome.RELEASED:
             step.copies.append(Copy(key, offset, receipt.delivery_count, reason, delay, entry))
         return "requeued" if reason is None else "dead_lettered"
+
+
+def ack_leases(
+    state: PopState, leases: list[tuple[LedgerKey, int, int] | None], step: PopStep, now: int
+) -> list[str]:
+    """Ack each (ledger, checkpoint id, offset) lease (None: a receipt of no ledger here); the
+    status of each. The step writes each ledger's acks together."""
+    statuses = []
+    acked: dict[LedgerKey, list[tuple[int, int]]] = {}
+    for lease in leases:
+        ledger = None if lease is None else state.ledgers.get(lease[0])
+        if ledger is None or lease is None:
+            statuses.append(INVALID)
+            continue
+        key, checkpoint_id, offset = lease
+        status = ledger.ack(checkpoint_id, offset, now)
+        if status in (ACKED, ACKED_LATE):
+            acked.setdefault(key, []).append((checkpoint_id, offset))
+        statuses.append(status)
+    for key, acks in acked.items():
+        step.acked(key, acks, now)
+    if acked:  # one increment per call: a locked counter costs 1 us a time
+        metrics.ACKED.inc(sum(map(len, acked.values())))
+    return statuses
 
 
 def _outcome(ledger: Ledger, reason: str | None) -> Outcome:
