@@ -66,10 +66,13 @@ browser:
 		|| { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
 		|| { echo "kpd: the API docs test needs chromium (apt-get install chromium)"; exit 1; }; }
 
-# The 25 slowest tests are listed at the end: where the suite's time goes.
+# The tests wait far more than they compute (sidecars start, leases end, failovers): several
+# pytest-xdist workers share one broker (tests/conftest.py). The 25 slowest tests are listed at
+# the end: where the suite's time goes.
+TEST_WORKERS ?= 3
 test: lint browser
 	cargo test --manifest-path native/Cargo.toml --release --locked
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # Not part of `make test` (about 6 minutes per release): the integration suite and the client
 # checks against each Kafka release, 3 partitions per topic by default (docs/compatibility.md).

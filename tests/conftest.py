@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 settings.register_profile("kpd", deadline=None)
 settings.load_profile("kpd")
 COMPAT_CHECKS = ROOT / "tests" / "compat"
+BROKER_HOME = ROOT / ".kpd" / "test-kafka"
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -44,9 +47,52 @@ def session_topics(admin: AdminClient) -> set[str]:
     return {t for t in admin.list_topics(timeout=30).topics if SESSION_TAG in t}
 
 
+# Under pytest-xdist (`make test` runs several workers) the controller starts one broker and
+# every worker uses it: topics are unique per test and each worker checks its own tag at its end.
+SHARED_BROKER = pytest.StashKey[tuple[ExitStack, str]]()
+# Tests kept on one worker: those sharing a module-scoped sidecar, and Spark's (one JVM).
+SPARK_TESTS = ROOT / "tests" / "spark"
+ONE_WORKER_MODULES = ("test_hostile_input.py", "test_compose.py")
+
+
+def _distributing(config: pytest.Config) -> bool:
+    return config.pluginmanager.has_plugin("dsession")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _distributing(session.config):
+        stack = ExitStack()
+        bootstrap = stack.enter_context(broker_for_tests(os.environ, BROKER_HOME))
+        session.config.stash[SHARED_BROKER] = (stack, bootstrap)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["kpd_bootstrap"] = node.config.stash[SHARED_BROKER][1]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    shared = session.config.stash.get(SHARED_BROKER, None)
+    if shared is not None:
+        shared[0].close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group the tests that must share a worker (`--dist loadgroup`)."""
+    for item in items:
+        path = Path(item.path)
+        if path.is_relative_to(SPARK_TESTS):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif path.name in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(path.stem))
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    with broker_for_tests(os.environ, ROOT / ".kpd" / "test-kafka") as bootstrap:
+def kafka_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
+    shared = getattr(request.config, "workerinput", {}).get("kpd_bootstrap")
+    source = nullcontext(shared) if shared else broker_for_tests(os.environ, BROKER_HOME)
+    with source as bootstrap:
         yield bootstrap
         # Session end: whatever a test made and did not delete shows up here as an error.
         left = session_topics(AdminClient({"bootstrap.servers": bootstrap}))
