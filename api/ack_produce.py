@@ -15,17 +15,17 @@ import hashlib
 import orjson
 from ulid import ULID
 
-from api.forwarding import forward, segment
 from api.message_body import check_size, check_topic_name, due_ms, schedule_headers
 from api.node import Node
 from api.pop_bodies import AckProduceBody, ProduceItem
 from api.pop_calls import Answer, Caller, json_bytes
-from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.schedules import buffer_partition
-from api.shard_answers import shard_answer, shard_route
-from api.topic_lookups import topic_exists
+from cluster.routing.forwarding import forward, segment
+from cluster.routing.shard_answers import shard_answer, shard_route
+from cluster.routing.topic_lookups import topic_exists
 from foundation.clock import now_ms
+from foundation.problem import Problem
 from revive.ack_produce import AckProduceAnswer
 from revive.fetcher import source_topic
 from revive.receipt import InvalidReceipt, Receipt

@@ -17,8 +17,8 @@ from api.body_limit import BodyLimit
 from api.hot_routes import HotRoutes
 from api.node import Node
 from api.openapi import document
-from api.pop_router import PopRouter
 from api.problems import install_problem_handlers
+from cluster.routing.pop_router import PopRouter
 
 
 def create_app(node: Node) -> ASGIApp:

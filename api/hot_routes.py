@@ -25,9 +25,10 @@ from api.hot_bodies import decoder_of
 from api.node import Node
 from api.pop_bodies import AckBody, LeaseBody, NackBody, PopBody, RejectBody
 from api.pop_calls import Answer, Caller, pop_call, settle_call
-from api.pop_router import PopRouter
-from api.problems import Problem, internal_error
+from api.problems import internal_error, respond
+from cluster.routing.pop_router import PopRouter
 from foundation.config import NAME_PATTERN, TOPIC_PATTERN
+from foundation.problem import Problem
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +92,7 @@ class HotRoutes:
         try:
             answer = await call(Caller.of(scope, self._node))
         except Problem as problem:
-            await problem.response()(scope, receive, send)
+            await respond(problem)(scope, receive, send)
             return
         except Exception:  # as FastAPI's handler for it does (`api.problems`)
             log.exception("a pop-group call failed", path=scope["path"])

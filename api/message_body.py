@@ -9,10 +9,10 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from api.problems import Problem
 from api.request_body import RequestBody
 from api.schedules import ID_PATTERN
 from delay_service.headers import CONTROL_HEADERS, DELIVER_AT, ID, TARGET
+from foundation.problem import Problem
 from foundation.record_size import record_bytes
 
 

@@ -15,7 +15,6 @@ from pydantic import BaseModel, Field
 from ulid import ULID
 
 from api.deps import get_node
-from api.forwarding import is_forwarded, segment, send
 from api.message_body import (
     MessageIn,
     check_size,
@@ -25,7 +24,6 @@ from api.message_body import (
 )
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
-from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.request_body import RequestBody
 from api.schedules import (
@@ -36,11 +34,13 @@ from api.schedules import (
     schedule_here,
     wait_for_schedule,
 )
-from api.topic_lookups import topic_exists
+from cluster.routing.forwarding import is_forwarded, segment, send
+from cluster.routing.topic_lookups import topic_exists
 from delay_service import metrics
 from delay_service.schedules import Freshness
 from foundation.clock import now_ms
 from foundation.config import TOPIC_PATTERN
+from foundation.problem import Problem
 
 router = APIRouter(prefix="/v1", tags=["messages"], responses=problems(*GUARDED, *WITH_BODY))
 

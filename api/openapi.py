@@ -16,7 +16,8 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import OPEN_PATHS
-from api.problems import PROBLEM_JSON, RETRY_AFTER_S, ProblemCode
+from api.problems import PROBLEM_JSON
+from foundation.problem import RETRY_AFTER_S, ProblemCode
 
 _WHEN = {
     400: "The body cannot be parsed (`bad_request`).",

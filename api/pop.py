@@ -1,8 +1,8 @@
 """Pop-group calls: pop, ack, nack, leases, reject, and group stats, as FastAPI routes.
 
-Each lane is served by the leader of its shard; `api.pop_router` answers from the shards this
-worker leads and from their owners elsewhere, so callers may talk to any sidecar. What the calls
-answer is `api.pop_calls`; well-formed ones are served by `api.hot_routes` before they reach
+Each lane is served by the leader of its shard; `cluster.routing.pop_router` answers from the shards
+this worker leads and from their owners elsewhere, so callers may talk to any sidecar. What the
+calls answer is `api.pop_calls`; well-formed ones are served by `api.hot_routes` before they reach
 FastAPI, and these routes answer the rest (422 with the field and its bounds) and document them.
 """
 
@@ -14,7 +14,6 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 
 from api.ack_produce import ack_produce_call
 from api.deps import get_node
-from api.forwarding import is_forwarded
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
 from api.pop_bodies import (
@@ -28,7 +27,8 @@ from api.pop_bodies import (
     SettleAnswer,
 )
 from api.pop_calls import Answer, Caller, pop_call, settle_call
-from api.pop_router import PopRouter
+from cluster.routing.forwarding import is_forwarded
+from cluster.routing.pop_router import PopRouter
 from foundation.config import NAME_PATTERN, TOPIC_PATTERN
 
 router = APIRouter(prefix="/v1/groups", tags=["pop"], responses=problems(*GUARDED, 503))

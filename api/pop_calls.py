@@ -15,14 +15,14 @@ from urllib.parse import urlsplit
 import orjson
 from starlette.types import Scope
 
-from api.forwarding import FORWARDED
 from api.node import Node
-from api.pop_router import WATCH, PopRouter
-from api.pop_turns import CLIENTS_POP_HERE
-from api.problems import Problem
 from api.refused_topics import refused_topic
-from api.settle_router import settle
-from api.topic_lookups import topic_exists
+from cluster.routing.forwarding import FORWARDED
+from cluster.routing.pop_router import WATCH, PopRouter
+from cluster.routing.pop_turns import CLIENTS_POP_HERE
+from cluster.routing.settle_router import settle
+from cluster.routing.topic_lookups import topic_exists
+from foundation.problem import Problem
 from revive.metrics import REQUEST_SECONDS
 
 _FORWARDED, _WATCH = FORWARDED.encode(), WATCH.encode()

@@ -1,12 +1,10 @@
-"""RFC 9457 problem responses: every error has a stable machine-readable `code`.
-
-`ProblemCode` lists every code the server answers with; the OpenAPI document publishes it as an
-enum and `tests/unit/test_problem_codes.py` checks that no other code is raised anywhere in `api/`.
+"""RFC 9457 problem responses: every error has a stable machine-readable `code`
+(`foundation.problem`); tests/unit/test_http_rules.py checks that no other code is raised.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,40 +12,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-PROBLEM_JSON = "application/problem+json"
-RETRY_AFTER_S = 1  # what a 503 "leadership is moving" tells clients to wait
+from foundation.problem import Problem, ProblemCode
 
-ProblemCode = Literal[
-    "bad_request",
-    "unauthorized",
-    "kpd_topic",
-    "internal_topic",
-    "not_found",
-    "schedule_not_found",
-    "topic_not_found",
-    "group_not_found",
-    "method_not_allowed",
-    "request_timeout",
-    "header_too_large",
-    "already_delivered",
-    "redrive_running",
-    "group_in_use",
-    "not_acked",
-    "receipts_span_shards",
-    "request_id_reused",
-    "request_too_large",
-    "record_too_large",
-    "invalid_request",
-    "internal_error",
-    "not_ready",
-    "leader_busy",
-    "leader_starting",
-    "no_leader",
-    "not_leader",
-    "leader_unreachable",
-    "cancel_pending",
-    "http_error",
-]
+PROBLEM_JSON = "application/problem+json"
 
 # Starlette raises these itself (routing, body parsing); any other status it might raise gets
 # the generic `http_error`.
@@ -58,31 +25,15 @@ _STARLETTE_CODES: dict[int, ProblemCode] = {
 }
 
 
-class Problem(Exception):
-    def __init__(
-        self,
-        status: int,
-        code: ProblemCode,
-        detail: str,
-        headers: dict[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
-        self.headers, self.extra = headers, extra
-
-    def response(self) -> JSONResponse:
-        return problem_response(self.status, self.code, self.detail, self.headers, **self.extra)
+def respond(problem: Problem) -> JSONResponse:
+    return problem_response(
+        problem.status, problem.code, problem.detail, problem.headers, **problem.extra
+    )
 
 
 def internal_error() -> JSONResponse:
     """What a call that raised answers: the traceback stays in the sidecar's log."""
     return problem_response(500, "internal_error", "internal error; see the sidecar log")
-
-
-def leadership_moving(code: ProblemCode, detail: str, **extra: Any) -> Problem:
-    """A 503 that clears up once a leader is in place: it says when to try again."""
-    return Problem(503, code, detail, headers={"Retry-After": str(RETRY_AFTER_S)}, **extra)
 
 
 def problem_body(status: int, code: ProblemCode, detail: str, **extra: Any) -> dict[str, Any]:
@@ -110,7 +61,7 @@ def problem_response(
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
-        return exc.response()
+        return respond(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -17,14 +17,14 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from api.deps import get_node
-from api.every_shard import on_every_shard, shards_asked
-from api.forwarding import forward, is_forwarded, segment
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
 from api.pop import GroupName
-from api.problems import Problem
 from api.request_body import RequestBody
+from cluster.routing.every_shard import on_every_shard, shards_asked
+from cluster.routing.forwarding import forward, is_forwarded, segment
 from foundation.config import TOPIC_PATTERN
+from foundation.problem import Problem
 from revive.group_removal import GroupInUse, check_unused, remove_group
 from revive.redrive import RedriveRequest, redrive
 from revive.requests import ForgetRequest

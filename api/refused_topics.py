@@ -8,7 +8,7 @@ already reads for that group) would be corrupted or loop, and `__*` topics are K
 from __future__ import annotations
 
 from api.node import Node
-from api.problems import ProblemCode
+from foundation.problem import ProblemCode
 
 
 def refused_topic(

@@ -21,16 +21,16 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel
 
-from api.availability import until
 from api.deps import get_node
-from api.forwarding import is_forwarded, relayed, segment, send
 from api.node import Node
 from api.openapi import GUARDED, problems
-from api.problems import Problem, leadership_moving
-from api.topic_lookups import partition_count
+from cluster.routing.availability import until
+from cluster.routing.forwarding import is_forwarded, relayed, segment, send
+from cluster.routing.topic_lookups import partition_count
 from delay_service import metrics
 from delay_service.headers import CANCEL
 from delay_service.schedules import Freshness, Schedule, State
+from foundation.problem import Problem, leadership_moving
 from foundation.store import NotHeld
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=problems(*GUARDED))

@@ -3,11 +3,10 @@
 `revive.seek` applies it in each shard.
 
 The worker that takes the call gives the seek its stamp (later than any earlier seek's of the
-(group, topic), `revive.seek_stamps`) and sends it to every shard (`api.every_shard`): each
-moves the partitions of the topic it serves, and any may hold the topic's retry copies; a
-forwarded seek carries the stamp. If a shard cannot apply it now, the call fails with that
-shard's 503 and a retry finishes the seek (with a later stamp: what the first try moved is moved
-again).
+(group, topic), `revive.seek_stamps`) and sends it to every shard (`cluster.routing.every_shard`):
+each moves the partitions of the topic it serves, and any may hold the topic's retry copies; a
+forwarded seek carries the stamp. If a shard cannot apply it now, the call fails with that shard's
+503 and a retry finishes the seek (with a later stamp: what the first try moved is moved again).
 """
 
 from __future__ import annotations
@@ -19,18 +18,18 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, model_validator
 
 from api.deps import get_node
-from api.every_shard import on_every_shard, shards_asked
-from api.forwarding import forward, is_forwarded, segment
 from api.node import Node
 from api.openapi import GUARDED, WITH_BODY, problems
 from api.pop import GroupName, TopicName
-from api.problems import Problem
 from api.refused_topics import refused_topic
 from api.request_body import RequestBody
-from api.topic_lookups import partition_count
+from cluster.routing.every_shard import on_every_shard, shards_asked
+from cluster.routing.forwarding import forward, is_forwarded, segment
+from cluster.routing.topic_lookups import partition_count
 from foundation.clock import now_ms
 from foundation.config import Settings
 from foundation.kafka_clients import base_config, state_consumer
+from foundation.problem import Problem
 from revive import seek_stamps
 from revive.requests import SeekRequest
 

@@ -23,7 +23,8 @@ from typing import ClassVar
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from api.problems import PROBLEM_JSON, ProblemCode, problem_body
+from api.problems import PROBLEM_JSON, problem_body
+from foundation.problem import ProblemCode
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

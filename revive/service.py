@@ -7,9 +7,9 @@ the commit of the replay floor, and answers only after the commit; each group's 
 a transaction of their own (`revive.offsets`). So a pop is answered only once its checkpoint
 record is durable, an ack only once its ack record is, and a retry copy exists exactly when the
 delivery it replaces is marked settled. A pop here never waits: long polling is the router's
-(`api.pop_router`), which `on_available` wakes when lanes of a (group, topic) receive records.
-Between steps the thread sleeps until a request or a wake comes (`revive.inbox`), or until its
-next deadline: a lease ending, a group's offsets due, the replay floors to look at after a
+(`cluster.routing.pop_router`), which `on_available` wakes when lanes of a (group, topic) receive
+records. Between steps the thread sleeps until a request or a wake comes (`revive.inbox`), or until
+its next deadline: a lease ending, a group's offsets due, the replay floors to look at after a
 change. An idle shard does no work at all.
 
 The parts, one job each: `group_fetchers` (the groups' lanes read), `lease` (pop), `settle` (ack,

@@ -17,12 +17,12 @@ import threading
 
 import structlog
 
-from api.availability import Availability
-from api.forwarding import CONNECT_TIMEOUT_S
 from api.index_writes import IndexWrites
 from cluster.conductor import Conductor
 from cluster.membership import Membership
 from cluster.owners import Owners, group_reasons
+from cluster.routing.availability import Availability
+from cluster.routing.forwarding import CONNECT_TIMEOUT_S
 from cluster.shard_roles import ShardRoles
 from cluster.successor import Successor
 from delay_service.ingest_turns import IngestTurns

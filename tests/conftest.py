@@ -78,6 +78,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shared[0].close()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's own marker, named here too so a run without xdist still knows it.
+    config.addinivalue_line("markers", "xdist_group(name): run on the worker of this group")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group the tests that must share a worker (`--dist loadgroup`)."""
     for item in items:

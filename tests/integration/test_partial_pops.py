@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 from kafka_helpers import make_producer, metric_values, unique, wait_for
 
-from api.pop_turns import visit_order
+from cluster.routing.pop_turns import visit_order
 from foundation.kafka_clients import transactional_producer
 from foundation.shards import ShardMap
 from kpd_client import AsyncKpdClient, KpdClient

@@ -325,9 +325,9 @@ def test_long_poll_answers_as_soon_as_a_message_arrives(leader, group, new_topic
 def test_records_arriving_together_wake_parked_polls_in_turn(
     leader, group, new_topic, kafka_bootstrap
 ):
-    """An arrival wakes one parked poll, not all (`api.availability`); one that filled its batch
-    passes the turn on. Four polls of one message each park, four records come in one batch:
-    every poll answers at once with a record of its own, none waits out its 10 s."""
+    """An arrival wakes one parked poll, not all (`cluster.routing.availability`); one that filled
+    its batch passes the turn on. Four polls of one message each park, four records come in one
+    batch: every poll answers at once with a record of its own, none waits out its 10 s."""
     topic = new_topic()
     with KpdClient(leader.url) as kpd, leader.client() as http:
         assert kpd.pop(group, topic, wait_ms=300) == []  # the group reads the topic from now on

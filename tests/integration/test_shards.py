@@ -35,7 +35,7 @@ from kafka_helpers import (
 from load_helpers import DelayLoad, PopLoad
 from store_helpers import held_stores
 
-from api.forwarding import FORWARDED
+from cluster.routing.forwarding import FORWARDED
 from delay_service.schedules import COLUMN_FAMILIES, ScheduleIndex
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF

@@ -23,7 +23,7 @@ from kafka_helpers import (
     wait_for,
 )
 
-from api.pop_turns import CLIENTS_SEEN_S, REMOTE_FIRST_EVERY
+from cluster.routing.pop_turns import CLIENTS_SEEN_S, REMOTE_FIRST_EVERY
 from kpd_client import KpdClient
 
 
@@ -134,9 +134,9 @@ def test_a_worker_asks_the_other_first_only_while_no_client_pops_there(
 ):
     """A worker asks its own shards first, and the other worker first on one pop in
     REMOTE_FIRST_EVERY, so that lanes no client reaches do not starve. Lanes that clients pop at
-    their own worker need no such turn (`api.pop_turns`): a worker told so asks the other first
-    again only once CLIENTS_SEEN_S has passed. A group that clients pop at one worker only keeps
-    every such turn."""
+    their own worker need no such turn (`cluster.routing.pop_turns`): a worker told so asks the
+    other first again only once CLIENTS_SEEN_S has passed. A group that clients pop at one worker
+    only keeps every such turn."""
     base = two_free_ports()
     sidecar = sidecar_factory("w", workers="2", shards="4", worker_port_base=str(base)).start()
     wait_for(lambda: led_shards(sidecar) == {0, 1, 2, 3}, 60, "the workers lead every shard")

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from api.availability import Availability
+from cluster.routing.availability import Availability
 
 KEY = ("g", "orders")
 

@@ -1,8 +1,8 @@
-"""A forwarded call to an owner that is slow, or mute (`api.forwarding.send`): a slow owner's
-answer is waited for, however long; a mute one (a paused process, a host cut off behind an open
-connection: it takes the call and answers nothing) is given up once the call is overdue and the
-owner's /healthz does not answer either. The owner is a stand-in (`peer_fakes`); the real thing,
-a paused sidecar, is in `tests/integration/test_early_takeover.py`."""
+"""A forwarded call to an owner that is slow, or mute (`cluster.routing.forwarding.send`): a slow
+owner's answer is waited for, however long; a mute one (a paused process, a host cut off behind an
+open connection: it takes the call and answers nothing) is given up once the call is overdue and the
+owner's /healthz does not answer either. The owner is a stand-in (`peer_fakes`); the real thing, a
+paused sidecar, is in `tests/integration/test_early_takeover.py`."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from peer_fakes import Asked, FakePeers, answer
 
-from api import forwarding
-from api.problems import Problem
-from api.settle_router import _answered
+from cluster.routing import forwarding
+from cluster.routing.settle_router import _answered
 from foundation.config import Settings
 from foundation.peer_http import Answer, PeerFailed
+from foundation.problem import Problem
 
 OWNER = "http://owner:9000"
 

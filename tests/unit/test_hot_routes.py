@@ -12,7 +12,7 @@ import pytest
 from api import hot_routes
 from api.hot_routes import HotRoutes
 from api.pop_calls import Answer
-from api.problems import Problem
+from foundation.problem import Problem
 
 
 class Inner:

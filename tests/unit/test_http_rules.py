@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from api.auth import bearer_token_matches
-from api.problems import ProblemCode
+from foundation.problem import ProblemCode
 from kpd_client.retry import KpdError, retry_after_s, retry_while_moving
 
 TOKEN = b"t0ken-for-tests"
@@ -105,7 +105,8 @@ CODE_ARGUMENT = {"Problem": 1, "problem_response": 1, "_refuse": 1, "leadership_
 
 def _codes_raised() -> set[str]:
     codes = set()
-    for path in (Path(__file__).resolve().parents[2] / "api").glob("*.py"):
+    root = Path(__file__).resolve().parents[2]
+    for path in [*(root / "api").glob("*.py"), *(root / "cluster" / "routing").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)

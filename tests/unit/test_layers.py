@@ -1,6 +1,7 @@
 """Lower layers never import higher ones (README: layout).
 
-foundation <- delay_service, revive <- cluster, api <- sidecar (the composition root). The SDK
+foundation <- delay_service, revive <- cluster (membership, failover, cross-shard routing) <- api
+(HTTP) <- sidecar (the composition root). The SDK
 imports nothing of the server, and the server never imports the developer tooling, the audit or
 the SDK: only the `kpd` command (kpd_cli) brings them together.
 """
@@ -30,7 +31,7 @@ ALLOWED = {
     "foundation": set(),
     "delay_service": {"foundation"},
     "revive": {"foundation"},
-    "api": {"foundation", "delay_service", "revive"},
+    "api": {"foundation", "delay_service", "revive", "cluster"},
     "cluster": {"foundation", "delay_service", "revive"},
     "sidecar": {"foundation", "delay_service", "revive", "api", "cluster"},
     "kpd_cli": {"foundation", "sidecar", "kpd_client", "devtools", "spark"},

@@ -1,7 +1,7 @@
-"""How long a pop waits for this worker's shards (`api.pop_router`): one bound for the round, not
-one per shard, so a worker whose shards all hang (their threads blocked on a Kafka call) answers
-503 once, instead of after the bound times its shards; past it, a shard whose lanes show records
-is still asked, briefly, so one hanging shard fails only itself.
+"""How long a pop waits for this worker's shards (`cluster.routing.pop_router`): one bound for the
+round, not one per shard, so a worker whose shards all hang (their threads blocked on a Kafka call)
+answers 503 once, instead of after the bound times its shards; past it, a shard whose lanes show
+records is still asked, briefly, so one hanging shard fails only itself.
 
 The shards are stand-ins whose answers come at once or never: what is tested is the router's
 clock, not a shard (the real ones are in `tests/integration/test_shards.py`)."""
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from api import pop_router
-from api.pop_router import Popped, PopRouter
-from api.problems import Problem
+from cluster.routing import pop_router
+from cluster.routing.pop_router import Popped, PopRouter
 from foundation.config import Settings
+from foundation.problem import Problem
 from revive.service import PopService
 
 ROUND_S = 0.4

@@ -1,5 +1,5 @@
 """Which sources a pop asks first: this worker's shards, and the other owners often enough that
-no lane starves (`api.pop_turns`)."""
+no lane starves (`cluster.routing.pop_turns`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from api.pop_turns import (
+from cluster.routing.pop_turns import (
     CLIENTS_POP_HERE,
     CLIENTS_SEEN_S,
     REMOTE_FIRST_EVERY,

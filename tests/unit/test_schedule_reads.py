@@ -12,11 +12,11 @@ import pytest
 from peer_fakes import Asked, FakePeers, answer
 from starlette.requests import Request
 
-from api.forwarding import FORWARDED
-from api.problems import Problem
 from api.schedules import cancel_schedule, get_schedule
+from cluster.routing.forwarding import FORWARDED
 from delay_service.schedules import Freshness
 from foundation.config import Settings
+from foundation.problem import Problem
 from foundation.shards import ShardMap
 
 ME, OWNER = "http://me:9000", "http://owner:9000"

@@ -14,16 +14,16 @@ from typing import Any
 
 from fastapi import Request
 
-from api.forwarding import is_forwarded
-from api.node import Node
-from api.problems import Problem
-from api.shard_answers import shard_answer, shard_route
+from cluster.routing.forwarding import is_forwarded
+from cluster.routing.node import RoutingNode
+from cluster.routing.shard_answers import shard_answer, shard_route
+from foundation.problem import Problem
 from revive.service import PopService
 
 SHARDS = "x-kpd-shards"  # a forwarded call's shards, comma-separated
 
 
-def shards_asked(node: Node, request: Request) -> list[int]:
+def shards_asked(node: RoutingNode, request: Request) -> list[int]:
     """The shards a call is for: every one, or those a forwarding peer named."""
     if not is_forwarded(request):
         return list(range(node.shard_map.shards))
@@ -35,7 +35,7 @@ def shards_asked(node: Node, request: Request) -> list[int]:
 
 
 async def on_every_shard(
-    node: Node,
+    node: RoutingNode,
     shards: list[int],
     request: Request,
     here: Callable[[PopService], Future[Any]],

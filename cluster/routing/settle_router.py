@@ -16,10 +16,10 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from api.forwarding import forward, segment
-from api.node import Node
-from api.problems import Problem
-from api.shard_answers import shard_answer, shard_route
+from cluster.routing.forwarding import forward, segment
+from cluster.routing.node import RoutingNode
+from cluster.routing.shard_answers import shard_answer, shard_route
+from foundation.problem import Problem
 from revive.fetcher import source_topic
 from revive.receipt import InvalidReceipt, Receipt
 from revive.requests import SettleRequest
@@ -29,7 +29,7 @@ Item = tuple[int, str, Receipt, Any]  # place in the call, receipt text, receipt
 
 
 async def settle(
-    node: Node, kind: str, group: str, items: list[tuple[str, Any]], local: bool
+    node: RoutingNode, kind: str, group: str, items: list[tuple[str, Any]], local: bool
 ) -> list[dict[str, Any]]:
     """One result per item, in request order (`kind`: ack, nack, leases or reject)."""
     results: list[dict[str, Any] | None] = [None] * len(items)
@@ -59,7 +59,7 @@ async def settle(
 
 
 def _calls(
-    node: Node, kind: str, group: str, by_shard: dict[int, list[Item]], local: bool
+    node: RoutingNode, kind: str, group: str, by_shard: dict[int, list[Item]], local: bool
 ) -> list[tuple[list[Item], Awaitable[list[dict[str, Any]]]]]:
     """Each shard's items and the call that settles them: one per local shard, one per owner
     elsewhere, and a refusal for a shard nobody can settle now."""

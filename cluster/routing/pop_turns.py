@@ -10,10 +10,10 @@ since it asks its own shards first too. Its answers to forwarded pops and watche
 (`CLIENTS_POP_HERE`: a client popped the (group, topic) there within `CLIENTS_SEEN_S`). For
 `CLIENTS_SEEN_S` after such an answer, it is *served*: a pop asks it only on a remote-first
 turn, and last, or once its watch says it has records its clients left
-(`api.pop_router.PopRouter.watch`). Asked on every turn, each message that came there while this
-worker's clients waited cost three calls between the workers (the watch's answer, a pop
-forwarded too late to find it, a new watch). Once that has passed, a turn asks it first again,
-and its answer says whether its clients still come.
+(`cluster.routing.pop_router.PopRouter.watch`). Asked on every turn, each message that came there
+while this worker's clients waited cost three calls between the workers (the watch's answer, a pop
+forwarded too late to find it, a new watch). Once that has passed, a turn asks it first again, and
+its answer says whether its clients still come.
 """
 
 from __future__ import annotations

@@ -6,13 +6,14 @@ import asyncio
 from concurrent.futures import Future
 from typing import Any
 
-from api.node import Node
-from api.problems import Problem, leadership_moving
+from cluster.routing.node import RoutingNode
+from foundation.problem import Problem, leadership_moving
 from revive.service import PopService
 
-# How long a call waits for this worker's shards, all it asks together (`api.pop_router`): a Kafka
-# commit or the fetchers of a shard just taken over can take many seconds with a slow broker. Below
-# what a peer that forwarded the call waits for it (`api.forwarding`).
+# How long a call waits for this worker's shards, all it asks together
+# (`cluster.routing.pop_router`): a Kafka commit or the fetchers of a shard just taken over can take
+# many seconds with a slow broker. Below what a peer that forwarded the call waits for it
+# (`cluster.routing.forwarding`).
 ANSWER_TIMEOUT_S = 20.0
 # Past it, the call's other shards are asked only if their lanes show records, for this long in all:
 # one shard that does not answer fails only itself, and the call stays bounded.
@@ -33,9 +34,11 @@ def busy() -> Problem:
     return Problem(503, "leader_busy", "the pop service did not answer in time")
 
 
-def shard_route(node: Node, shard: int, local: bool, owners: dict[int, str]) -> PopService | str:
+def shard_route(
+    node: RoutingNode, shard: int, local: bool, owners: dict[int, str]
+) -> PopService | str:
     """Who serves a call for `shard`: its pop service here, or the address of its owner
-    elsewhere (`owners`: `Node.routes()`); a 503 when neither can now, or when a forwarded
+    elsewhere (`owners`: `RoutingNode.routes()`); a 503 when neither can now, or when a forwarded
     (`local`) call finds it led elsewhere."""
     service = node.pop_service(shard)
     if service is not None:

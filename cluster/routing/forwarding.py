@@ -13,9 +13,9 @@ from urllib.parse import quote
 
 from fastapi import Request, Response
 
-from api.node import Node
-from api.problems import Problem, leadership_moving
+from cluster.routing.node import RoutingNode
 from foundation.peer_http import Answer, PeerFailed, PeerUnreachable
+from foundation.problem import Problem, leadership_moving
 from revive import metrics
 
 FORWARDED = "x-kpd-forwarded"
@@ -27,9 +27,10 @@ CONNECT_TIMEOUT_S = 2.0
 # A live owner may be slow to answer: a Kafka commit, or the fetchers of a shard it has just taken
 # over, can take many seconds with a slow broker. A call given up meanwhile may have leased
 # records, left invisible until their lease ends, so it is bounded (beyond the wait it asks of
-# the owner) only past the owner's own bound on its shards' answers (22 s, `api.shard_answers`),
-# and below the Python client's (60 s), which would otherwise give up first: a pop may wait for
-# its own shards, then for one owner elsewhere (`api.pop_router`) ...
+# the owner) only past the owner's own bound on its shards' answers (22 s,
+# `cluster.routing.shard_answers`), and below the Python client's (60 s), which would otherwise give
+# up first: a pop may wait for its own shards, then for one owner elsewhere
+# (`cluster.routing.pop_router`) ...
 ANSWER_TIMEOUT_S = 25.0
 # ... but a paused owner (SIGSTOP, a frozen VM) or one cut off behind an open connection takes a
 # call and never answers: a pop forwarded to one was held for 60 s, then failed, while the asking
@@ -50,7 +51,7 @@ def is_forwarded(request: Request) -> bool:
 
 
 async def send(
-    node: Node,
+    node: RoutingNode,
     method: str,
     url: str,
     path: str,
@@ -78,7 +79,7 @@ async def send(
 
 
 async def _unless_mute(
-    node: Node, url: str, request: Awaitable[Answer], overdue_s: float
+    node: RoutingNode, url: str, request: Awaitable[Answer], overdue_s: float
 ) -> Answer:
     """The answer to `request`; `Mute` once it is `overdue_s` late and the owner answers no
     health probe either (an answer that comes during a probe is taken, whatever the probe)."""
@@ -104,7 +105,7 @@ async def _unless_mute(
 
 
 async def forward(
-    node: Node,
+    node: RoutingNode,
     call: str,
     url: str,
     path: str,

@@ -3,16 +3,16 @@
 Each (group, topic, partition) lane belongs to one shard (`foundation.shards`), served by the
 worker that leads it. A pop asks the sources of its (group, topic), local shards and remote
 owners, until it has `max_messages`: its own shards first, one other owner only when its own
-lanes have nothing, and first now and then, so no lane starves (`api.pop_turns`). A pop answers
-with fewer than `max_messages` rather than forward for the rest, as SQS does. A pop that had to
-lease elsewhere because this worker's lanes were empty says so (`Popped.elsewhere`): the API
-then asks a client of the shared port to reconnect, so its connection may land on a worker with
-records. A source that cannot answer (a shard's role restarting, an owner away) fails only
-itself: the call answers what the others leased, and fails only when none leased anything. With
-nothing anywhere it parks: a local arrival (`api.availability`) or a remote owner's watch (a
-long poll that leases nothing) wakes it, so it answers as soon as any lane gets a message.
-Calls forwarded by a peer are answered from local shards only. Acks, nacks, lease changes and
-rejects: `api.settle_router`.
+lanes have nothing, and first now and then, so no lane starves (`cluster.routing.pop_turns`). A pop
+answers with fewer than `max_messages` rather than forward for the rest, as SQS does. A pop that had
+to lease elsewhere because this worker's lanes were empty says so (`Popped.elsewhere`): the API then
+asks a client of the shared port to reconnect, so its connection may land on a worker with records.
+A source that cannot answer (a shard's role restarting, an owner away) fails only itself: the call
+answers what the others leased, and fails only when none leased anything. With nothing anywhere it
+parks: a local arrival (`cluster.routing.availability`) or a remote owner's watch (a long poll that
+leases nothing) wakes it, so it answers as soon as any lane gets a message. Calls forwarded by a
+peer are answered from local shards only. Acks, nacks, lease changes and rejects:
+`cluster.routing.settle_router`.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any
 
 import orjson
 
-from api.availability import until
-from api.forwarding import forward, segment
-from api.node import Node
-from api.pop_turns import PopTurns
-from api.problems import leadership_moving
-from api.shard_answers import ANSWER_TIMEOUT_S, LATE_ASKS_S, busy, shard_answer
-from api.topic_lookups import partition_count
+from cluster.routing.availability import until
+from cluster.routing.forwarding import forward, segment
+from cluster.routing.node import RoutingNode
+from cluster.routing.pop_turns import PopTurns
+from cluster.routing.shard_answers import ANSWER_TIMEOUT_S, LATE_ASKS_S, busy, shard_answer
+from cluster.routing.topic_lookups import partition_count
+from foundation.problem import leadership_moving
 from revive import metrics
 from revive.service import PopService
 
@@ -56,7 +56,7 @@ class Popped:
 
 
 class PopRouter:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: RoutingNode) -> None:
         self._node = node
         self.turns = PopTurns()
         self._watches: dict[tuple[str, str, str], asyncio.Task[None]] = {}
@@ -72,7 +72,7 @@ class PopRouter:
         if not local:
             self.turns.client_pop(group, topic)
         told: set[str] = set()  # owners whose watch said they have records
-        woken = False  # by an arrival, on this poll's turn (`api.availability`)
+        woken = False  # by an arrival, on this poll's turn (`cluster.routing.availability`)
         while True:
             try:
                 sources = await self._sources(group, topic, local)
