@@ -39,7 +39,7 @@ from delay_service.ingest import Ingest, Route
 from delay_service.ingest_turns import IngestTurns
 from delay_service.schedule_follower import schedule_reading
 from delay_service.schedules import ScheduleIndex
-from delay_service.shard_store import take_store
+from delay_service.shard_store import give_back_store, take_store
 from delay_service.step import Step
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
@@ -180,8 +180,7 @@ class DelayLeader:
         self._producers.release()
         if self._holds_store:
             self._holds_store = False
-            self._index.stores.release(self.shard)
-            self._index.stores.claims.unclaim(self.shard)  # after: a standby may take it now
+            give_back_store(self._index.stores, self.shard)
         # Another node reports them now.
         for gauge in (metrics.PENDING, metrics.DUE_BACKLOG, metrics.WINDOW_HELD):
             gauge.labels(str(self.shard)).set(0)

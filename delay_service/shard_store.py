@@ -1,4 +1,5 @@
-"""How a shard's delay role takes its shard's store (`foundation.store.ShardStores`).
+"""How a shard's delay role takes its shard's store (`foundation.store.ShardStores`) and gives it
+back: claim, wait, fence, rebuild, release.
 
 The workers of a sidecar share the shards' folders, and RocksDB lets one process at a time open
 one. Free (the shard's last holder was another sidecar, or a worker of this one that died), the
@@ -45,6 +46,12 @@ def take_store(
     except BaseException:  # given away while waiting (`StopRequested`), or the fence failed
         stores.claims.unclaim(shard)
         raise
+
+
+def give_back_store(stores: ShardStores, shard: int) -> None:
+    """The role lets the store go, then drops its claim: a sibling's standby may take it now."""
+    stores.release(shard)
+    stores.claims.unclaim(shard)
 
 
 def _taken(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from delay_service import metrics
-from delay_service.shard_store import take_store
+from delay_service.shard_store import give_back_store, take_store
 from foundation.store import ShardStores
 from foundation.supervision import StopRequested
 
@@ -118,3 +118,15 @@ def test_a_holder_that_never_lets_go_leaves_a_rebuild_in_a_store_of_its_own(tmp_
     assert metrics.STORES_REBUILT._value.get() == rebuilt + 1
     new.close()
     paused.close()
+
+
+def test_a_store_given_back_is_free_for_a_sibling_and_unclaimed(tmp_path: Path) -> None:
+    role, standby = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
+    assert take_store(role, 1, lambda: None, lambda: None, WAITS_S) is False
+    put(role, 1, b"written by the role")
+    assert claim_of(tmp_path, 1).exists()
+    give_back_store(role, 1)
+    assert not claim_of(tmp_path, 1).exists()
+    assert standby.acquire(1).get("x", b"k") == b"written by the role"
+    standby.close()
+    role.close()
