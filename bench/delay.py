@@ -67,7 +67,7 @@ from bench.delay_phases import (  # noqa: E402
     trickle,
     warm_up_broker,
 )
-from devtools.broker_for_tests import broker_for_tests  # noqa: E402
+from bench.runs import on_broker  # noqa: E402
 
 SETTLE_S = 15.0  # longer than memory_trim's period (10 s): RSS once freed memory is handed back
 
@@ -245,10 +245,7 @@ def main() -> int:
     parser.add_argument(
         "--shards", type=int, default=2, help="the sidecar's KPD_SHARDS (kpd's default is 8)"
     )
-    args = parser.parse_args()
-    with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
-        run(bootstrap, args)
-    return 0
+    return on_broker(run, parser.parse_args())
 
 
 if __name__ == "__main__":

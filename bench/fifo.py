@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from bench.delay_load import create_topic  # noqa: E402
 from bench.pop_load import PARTITIONS, Sidecar, produce_backlog  # noqa: E402
 from bench.pop_phases import kpd_throughput  # noqa: E402
-from devtools.broker_for_tests import broker_for_tests  # noqa: E402
+from bench.runs import on_broker  # noqa: E402
 
 BATCHES = (1, 10, 100)
 
@@ -77,10 +77,7 @@ def main() -> int:
     parser.add_argument("--keys", type=int, default=1_000, help="keys of the second backlog")
     parser.add_argument("--procs", type=int, default=4, help="client processes per phase")
     parser.add_argument("--phase-s", type=float, default=15, help="time bound of each phase")
-    args = parser.parse_args()
-    with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
-        run(bootstrap, args)
-    return 0
+    return on_broker(run, parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -50,8 +50,8 @@ from bench.delay_load import (  # noqa: E402
     now_ms,
 )
 from bench.pop_load import add_leases_argument  # noqa: E402
+from bench.runs import on_broker  # noqa: E402
 from bench.share_groups import configure_share_group, share_consumer  # noqa: E402
-from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import (  # noqa: E402
     SidecarProcess,
     broker_pid,
@@ -356,10 +356,7 @@ def main() -> int:
     )
     add_leases_argument(parser)
     broker_jit.add_argument(parser)
-    args = parser.parse_args()
-    with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
-        run(bootstrap, args)
-    return 0
+    return on_broker(run, parser.parse_args())
 
 
 if __name__ == "__main__":

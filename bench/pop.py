@@ -70,8 +70,8 @@ from bench.pop_phases import (  # noqa: E402
     produce_to_pop,
     profile_sidecar,
 )
+from bench.runs import on_broker  # noqa: E402
 from bench.share_groups import SHARE_BATCHES, share_throughput  # noqa: E402
-from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 
 BATCHES = (1, 10, 100, 1000)
 
@@ -290,10 +290,7 @@ def main() -> int:
     add_leases_argument(parser)
     broker_jit.add_argument(parser)
     parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
-    with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
-        run(bootstrap, args)
-    return 0
+    return on_broker(run, parser.parse_args())
 
 
 if __name__ == "__main__":

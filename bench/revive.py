@@ -46,8 +46,8 @@ from bench.pop_load import (  # noqa: E402
     produce_backlog,
     run_processes,
 )
+from bench.runs import on_broker  # noqa: E402
 from bench.share_groups import configure_share_group, share_consumer  # noqa: E402
-from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 
 WARM_UP_ROUND_S = 10.0  # a round of kpd's phase in the broker's warm-up
 
@@ -230,10 +230,7 @@ def main() -> int:
     parser.add_argument("--procs", type=int, default=2, help="client processes per phase")
     parser.add_argument("--phase-s", type=float, default=60, help="time bound of each phase")
     broker_jit.add_argument(parser)
-    args = parser.parse_args()
-    with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
-        run(bootstrap, args)
-    return 0
+    return on_broker(run, parser.parse_args())
 
 
 if __name__ == "__main__":

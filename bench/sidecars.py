@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))  # before bench/: `revive` is kpd's package, not b
 
 from bench import broker_jit  # noqa: E402
 from bench.delay_phases import warm_up_broker  # noqa: E402
+from bench.runs import on_broker  # noqa: E402
 from bench.scale_parts import SETTLE_S, SHARDS, Fleet, Sidecar, number_list  # noqa: E402
 from bench.scale_phases import delay_and_pop  # noqa: E402
-from devtools.broker_for_tests import broker_for_tests  # noqa: E402
 from devtools.local_sidecar import broker_pid  # noqa: E402
 
 PHASES = ("ingest", "burst", "pop")
@@ -101,10 +101,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1, help="workers per sidecar")
     parser.add_argument("--n", type=int, default=50_000, help="records per phase")
     broker_jit.add_argument(parser)
-    args = parser.parse_args()
-    with broker_for_tests(os.environ, ROOT / ".kpd" / "bench-kafka") as bootstrap:
-        run(bootstrap, args)
-    return 0
+    return on_broker(run, parser.parse_args())
 
 
 if __name__ == "__main__":
