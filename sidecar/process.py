@@ -46,6 +46,7 @@ from foundation.watchdog import Watchdog
 from revive.arrivals import ArrivalWatch
 from revive.receipt import ReceiptCodec
 from revive.service import PopDeps, PopService
+from sidecar.readiness import role_reasons, waiting_workers
 from sidecar.self_heal import SelfHeal
 from sidecar.topology import kpd_topic_names, set_up
 from sidecar.workers import StartedWorkers
@@ -155,37 +156,14 @@ class Sidecar:
                 f"clock {clock.offset_ms} ms off the broker's (bound "
                 f"{self.settings.max_clock_offset_ms} ms): leading nothing"
             )
-        conductor, membership = self._conductor, self.membership
-        if conductor is not None:
-            starting = {s for s in conductor.led if not conductor.started(s)}
-            if membership is not None and not membership.paused:
-                # Assigned a moment ago, roles not started yet: without this a sidecar was
-                # ready for the ~0.1 s between an assignment and its roles' start.
-                starting |= membership.owned - conductor.led
-            if starting:
-                reasons.append(f"taking over shards {sorted(starting)}")
-            if not conductor.standby_caught_up_once():
-                reasons.append("state not caught up yet")
+        reasons += role_reasons(self._conductor, self.membership)
         reasons += self.watchdog.problems()
-        waiting = self._waiting_workers(ready_here=not reasons)
+        group = (self._owners, self.membership)
+        ready_here = not reasons
+        waiting = waiting_workers(self._started, group, self.url, self.shard_map.shards, ready_here)
         if waiting:
             reasons.append(f"workers starting: {waiting} of {self.settings.workers} not ready yet")
         return reasons
-
-    def _waiting_workers(self, ready_here: bool) -> int:
-        """How many workers of this sidecar have not been ready yet. This one counts once ready
-        in a settled group (`Owners.settled`): one counted between the two rounds of the
-        rebalance its joining began holds nothing yet, and would let the sidecar say ready
-        before it takes shards over."""
-        if self._started is None:
-            return 0
-        owners, membership = self._owners, self.membership
-        settled = (
-            owners is not None
-            and membership is not None
-            and owners.settled(self.url, membership.owned, self.shard_map.shards)
-        )
-        return self._started.not_started(ready_here and settled)
 
     def start(self) -> None:
         log.info("sidecar starting", node=self.settings.node_id, bootstrap=self.settings.bootstrap)
