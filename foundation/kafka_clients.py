@@ -24,6 +24,7 @@ NOT_READY_YET = frozenset(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
+UNKNOWN_HERE = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 REBOOTSTRAP_AFTER_MS = 10_000
 DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's default, below Kafka's default topic limit
@@ -148,7 +149,11 @@ def partition_bounds(
             low, high = consumer.get_watermark_offsets(tp, timeout=call_timeout_s)
             return int(low), int(high)
         except KafkaException as error:
-            passing = error.args[0].retriable() or error.args[0].code() in NOT_READY_YET
+            code = error.args[0].code()
+            passing = error.args[0].retriable() or code in NOT_READY_YET
             if not passing or time.monotonic() > deadline:
                 raise
+            if code in UNKNOWN_HERE:  # ask for the topic: the client's cache may keep it unknown
+                with contextlib.suppress(KafkaException):
+                    consumer.list_topics(tp.topic, timeout=call_timeout_s)
             time.sleep(0.1)

@@ -155,8 +155,9 @@ def two_sidecars_and_dead_letters(
     sidecar_factory, new_topic, kafka_bootstrap: str, count: int
 ) -> tuple:
     """Sidecars a and b (one worker each), a group that popped once on b (so its topics exist),
-    and `count` dead letters of its topic in its DLQ."""
-    a = sidecar_factory("a", workers="1").start()
+    and `count` dead letters of its topic in its DLQ. A's node id is the test's own: its client
+    id is what `slowed` throttles, on a broker other tests' sidecars share."""
+    a = sidecar_factory(unique("a"), workers="1").start()
     b = sidecar_factory("b", workers="1").start()
     group, orders = unique("g"), new_topic()
     produce(kafka_bootstrap, orders, ["first"])
