@@ -13,50 +13,25 @@ is then unknown. Nothing at or after the first offset of unknown key is leased u
 has been read again ("catch up before acting"), so no key is handed out twice.
 
 Statuses are the ledger's (`revive.ledger`); every method is deterministic in its arguments, so
-a replay answers as the live lane did.
+a replay answers as the live lane did. What it keeps of each offset is a `Slot`
+(`revive.key_lane_slots`); its `LaneTimers` (`revive.key_lane_timers`) tell when its leases
+end and its released messages come again.
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum, auto
 
+from revive.key_lane_slots import UNKNOWN, Key, Slot, State, UnknownKey
+from revive.key_lane_timers import LaneTimers
 from revive.ledger import ACKED, ACKED_LATE, ALREADY_ACKED, INVALID, OK, SUPERSEDED
-
-
-class State(Enum):
-    AVAILABLE = auto()  # to be leased once `available_at_ms` has come and it heads its key
-    LEASED = auto()
-    DONE = auto()  # acked or dead-lettered
-
-
-class _Unknown:
-    """The key of an offset a replayed checkpoint names before the record is read again."""
-
-
-UNKNOWN = _Unknown()
-Key = bytes | None  # None: the record has no key
-
-
-@dataclass(slots=True)
-class Slot:
-    key: Key | _Unknown
-    state: State = State.AVAILABLE
-    deliveries: int = 0  # how many times it was leased
-    available_at_ms: int = 0
-    checkpoint_id: int = 0  # its last lease's
-    deadline_ms: int = 0
-    reported: bool = False  # its lease's expiry was handed out by `expired`
-    acked: bool = False
 
 
 class KeyLane:
     def __init__(self) -> None:
-        self._slots: dict[int, Slot] = {}
+        self._slots: dict[int, Slot] = {}  # the timers read it too: cleared, never rebound
         self._offsets: deque[int] = deque()  # the window's offsets, in order
         self._heads: dict[bytes, deque[int]] = {}  # each key's offsets not done, in order
         # The offset after the last record read; below it, an offset not in the window is
@@ -65,10 +40,7 @@ class KeyLane:
         self._last_checkpoint = 0
         self._superseded_through = 0  # a seek ended every lease of a checkpoint up to this id
         self._done_since: list[int] = []  # offsets done since `take_done` last asked
-        # (deadline, offset, checkpoint id) of leases, and (available at, offset) of releases,
-        # as Kafka's timer keeps its buckets: entries that no longer hold are skipped lazily.
-        self._deadlines: list[tuple[int, int, int]] = []
-        self._releases: list[tuple[int, int]] = []
+        self._timers = LaneTimers(self._slots)
         self._leased = 0
         # The offsets a pop may take once their time has come, in order: available ones that
         # head their key or have none. Pops walk these, not the whole window.
@@ -142,7 +114,7 @@ class KeyLane:
                 slot = self._add(offset, Slot(UNKNOWN))
             slot.state, slot.deliveries, slot.reported = State.LEASED, count, False
             slot.checkpoint_id, slot.deadline_ms = checkpoint_id, deadline_ms
-            heapq.heappush(self._deadlines, (deadline_ms, offset, checkpoint_id))
+            self._timers.lease_ends(deadline_ms, offset, checkpoint_id)
             self._refresh(offset)
         self._leased += len(offsets)
 
@@ -169,7 +141,7 @@ class KeyLane:
             return status
         slot.state, slot.available_at_ms = State.AVAILABLE, available_at_ms
         self._leased -= 1
-        heapq.heappush(self._releases, (available_at_ms, offset))
+        self._timers.released(available_at_ms, offset)
         self._refresh(offset)
         return OK
 
@@ -189,27 +161,16 @@ class KeyLane:
         if slot.reported or now_ms >= slot.deadline_ms:
             return SUPERSEDED  # the revive loop may be releasing it already
         slot.deadline_ms = deadline_ms
-        heapq.heappush(self._deadlines, (deadline_ms, offset, checkpoint_id))
+        self._timers.lease_ends(deadline_ms, offset, checkpoint_id)
         return OK
 
     def next_deadline_ms(self) -> int | None:
         """When the next lease not reported yet ends (None: no lease is open)."""
-        deadlines = self._deadlines
-        while deadlines and not self._holds(deadlines[0]):
-            heapq.heappop(deadlines)
-        return deadlines[0][0] if deadlines else None
+        return self._timers.next_deadline_ms()
 
     def next_available_ms(self, now_ms: int) -> int | None:
         """When a released message of this lane may be leased next, if later than now."""
-        releases = self._releases
-        while releases:
-            at, offset = releases[0]
-            slot = self._slots.get(offset)
-            waiting = slot is not None and slot.state is State.AVAILABLE
-            if waiting and slot.available_at_ms == at and at > now_ms:
-                return at
-            heapq.heappop(releases)
-        return None
+        return self._timers.next_available_ms(now_ms)
 
     def seek(self, offset: int) -> None:
         """The group's position moved to `offset`, either way: every lease ends (its receipt
@@ -219,33 +180,13 @@ class KeyLane:
         self._slots.clear()
         self._offsets.clear()
         self._heads.clear()
-        self._deadlines, self._releases, self._leased, self._ready = [], [], 0, []
+        self._timers.clear()
+        self._leased, self._ready = 0, []
         self._read_to = offset
 
     def expired(self, now_ms: int) -> list[tuple[int, int, int]]:
         """(checkpoint id, offset, delivery count) of leases past their deadline, each once."""
-        due = []
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now_ms:
-            entry = heapq.heappop(deadlines)
-            if self._holds(entry):
-                deadline, offset, checkpoint_id = entry
-                slot = self._slots[offset]
-                slot.reported = True
-                due.append((deadline, checkpoint_id, offset, slot.deliveries))
-        return [(cp, offset, count) for _, cp, offset, count in sorted(due)]
-
-    def _holds(self, entry: tuple[int, int, int]) -> bool:
-        """Is a deadline entry still a lease's, unreported and not changed since?"""
-        deadline, offset, checkpoint_id = entry
-        slot = self._slots.get(offset)
-        return (
-            slot is not None
-            and slot.state is State.LEASED
-            and slot.checkpoint_id == checkpoint_id
-            and slot.deadline_ms == deadline
-            and not slot.reported
-        )
+        return self._timers.expired(now_ms)
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -267,7 +208,7 @@ class KeyLane:
             self._offsets.append(offset)
         else:
             self._offsets.insert(bisect.bisect(self._offsets, offset), offset)
-        if not isinstance(slot.key, _Unknown):
+        if not isinstance(slot.key, UnknownKey):
             self._block(offset, slot.key)
             self._refresh(offset)
         return slot
@@ -285,7 +226,7 @@ class KeyLane:
         ready = (
             slot is not None
             and slot.state is State.AVAILABLE
-            and not isinstance(slot.key, _Unknown)
+            and not isinstance(slot.key, UnknownKey)
             and (slot.key is None or self._heads[slot.key][0] == offset)
         )
         at = bisect.bisect_left(self._ready, offset)
