@@ -27,7 +27,7 @@ from cluster.routing.topic_lookups import topic_exists
 from foundation.clock import now_ms
 from foundation.problem import Problem
 from revive.ack_produce import AckProduceAnswer
-from revive.fetcher import source_topic
+from revive.lanes import source_topic
 from revive.receipt import InvalidReceipt, Receipt
 from revive.requests import AckProduceRequest, Produced
 

@@ -22,8 +22,8 @@ from foundation.record_size import Header, copy_limit, fitted, record_bytes
 from foundation.wire import DELAY_MS, DLQ_REASON, TARGET
 from revive import metrics
 from revive.copies import Origin, copy_headers, provenance
-from revive.fetcher import source_topic
 from revive.held_records import HeldRecords, Place
+from revive.lanes import source_topic
 from revive.pop_state import PopState
 from revive.pop_step import Copy, PopStep
 from revive.reader import OffsetReader

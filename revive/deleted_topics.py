@@ -14,8 +14,8 @@ import time
 
 import structlog
 
-from revive.fetcher import source_topic
 from revive.group_fetchers import GroupFetchers
+from revive.lanes import source_topic
 from revive.offsets import OffsetCommitter
 from revive.pop_state import PopState
 from revive.pop_step import Unwritten

@@ -18,17 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
-from kpd_core import lane_name as lane_name  # the face of lane names for the rest of revive
 from kpd_core import lane_runs
 
 from foundation.clock import now_ms
 from foundation.kafka_clients import consume_ready, state_consumer
 from revive import seek_stamps
-from revive.lanes import Fetched, LaneKey
+from revive.fetch_pauses import FetchPauses
+from revive.lanes import UNTRUSTED, Fetched, LaneKey, source_topic
 from revive.ordered_lanes import OrderedLanes
 
-PAUSE_AT = 5_000  # buffered records per partition before fetching pauses (bounds memory)
-RESUME_AT = 1_000
 # Records moved into lanes per consume call: each is a tracked `Message` until it is copied, and
 # a few hundred at a time stay under the collector's young threshold (700 objects).
 FETCH_CHUNK = 500
@@ -37,18 +35,6 @@ FETCH_CHUNKS = 4  # per call: as many records as one consume of 2,000 moved befo
 # only the idle polling (10 a second per group and shard at 100 ms) and how soon a topic newly
 # popped, or a partition resumed, joins the fetch.
 FETCH_WAIT_MS = 500
-# Retry-topic records whose kpd headers cannot be trusted gather under this origin ("" is no
-# topic name, so no pop asks for it); the pop service dead-letters them with the reason.
-UNTRUSTED = ""
-
-
-def source_topic(lane: str) -> str:
-    return lane.split("/", 1)[0]
-
-
-def origin_topic(lane: str) -> str:
-    """The topic pops ask for to get this lane's records (`UNTRUSTED` for distrusted ones)."""
-    return lane.split("/", 1)[-1]
 
 
 class GroupFetcher:
@@ -77,8 +63,7 @@ class GroupFetcher:
         self.seek_stamps: dict[str, int] = {}
         self._lanes: dict[LaneKey, deque[Fetched]] = {}
         self._by_origin: dict[str, list[LaneKey]] = {}  # origin topic -> its lanes
-        self._buffered: dict[tuple[str, int], int] = {}
-        self._paused: set[tuple[str, int]] = set()
+        self._pauses = FetchPauses(self.consumer)
         # The offset after the last record the consumer handed over, per partition (read by the
         # arrival watch from its thread: one dict lookup).
         self._handed: dict[tuple[str, int], int] = {}
@@ -128,7 +113,7 @@ class GroupFetcher:
                 kept = deque(pair for pair in lane if not seek_stamps.made_before(pair[0], stamp))
                 self._lanes[key] = kept  # one reference swap: readers elsewhere see either
                 record = lane[0][0]
-                self._count((record.topic, record.partition), len(kept) - len(lane))
+                self._pauses.count((record.topic, record.partition), len(kept) - len(lane))
 
     def reposition(self, topic: str, partition: int, offset: int) -> None:
         """Read `partition` of `topic` from `offset` on (a seek), with nothing of it buffered."""
@@ -141,9 +126,8 @@ class GroupFetcher:
         self.consumer.incremental_unassign([TopicPartition(topic, partition)])
         self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
         self.committed[tp] = offset
-        for held in (self._buffered, self._handed):
-            held.pop(tp, None)
-        self._paused.discard(tp)
+        self._handed.pop(tp, None)
+        self._pauses.forget(tp)
 
     def partitions_of(self, topic: str) -> list[tuple[str, int]]:
         """The partitions this shard reads for pops of `topic`: its own and the retry topic's."""
@@ -191,7 +175,7 @@ class GroupFetcher:
             key = (lane, partition)
             if self.ordered is not None and "/" not in lane:
                 # every record: its lane says what is done (arrivals: `look_at_ordered`)
-                self._count(tp, self.ordered.add(key, run))
+                self._pauses.count(tp, self.ordered.add(key, run))
                 continue
             floor = self._last_leased(key)  # leased before a restart: the ledger has it
             if run[0][0].offset <= floor:
@@ -206,7 +190,7 @@ class GroupFetcher:
                 fetched = self._lanes[key] = deque()
                 self._by_origin.setdefault(origin, []).append(key)
             fetched.extend(run)
-            self._count(tp, len(run))
+            self._pauses.count(tp, len(run))
             arrived.add(origin)
 
     def take(self, topic: str, limit: int) -> list[tuple[LaneKey, Fetched]]:
@@ -218,12 +202,9 @@ class GroupFetcher:
                 taken.append((key, lane.popleft()))
             if len(taken) > before:  # a lane holds records of one partition
                 record = taken[-1][1][0]
-                self._count((record.topic, record.partition), before - len(taken))
+                self._pauses.count((record.topic, record.partition), before - len(taken))
         if self.ordered is not None:  # kept until done: counted then (`look_at_ordered`)
-            now = now_ms()
-            for key in self.ordered.lanes():
-                if key[0] == topic and len(taken) < limit:
-                    taken += [(key, f) for f in self.ordered.take(key, limit - len(taken), now)]
+            taken += self.ordered.take_for(topic, limit - len(taken), now_ms())
         return taken
 
     def look_at_ordered(self) -> set[str]:
@@ -232,7 +213,7 @@ class GroupFetcher:
         if self.ordered is None:
             return set()
         for key in self.ordered.lanes():
-            self._count(key, -self.ordered.drop_done(key))
+            self._pauses.count(key, -self.ordered.drop_done(key))
         return self.ordered.count_ready(now_ms())
 
     def available(self, topic: str, retries: bool | None = None) -> int:
@@ -246,8 +227,7 @@ class GroupFetcher:
         )
         if self.ordered is None or retries:
             return buffered
-        ready = list(self.ordered.ready.items())
-        return buffered + sum(count for key, count in ready if key[0] == topic)
+        return buffered + self.ordered.ready_for(topic)
 
     def unread(self, topic: str) -> bool:
         """Has the consumer fetched records for pops of `topic` that it has not handed over yet?
@@ -298,23 +278,12 @@ class GroupFetcher:
         }
         for key in [key for key in self._lanes if source_topic(key[0]) in gone]:
             del self._lanes[key]
-        for key in self.ordered.lanes() if self.ordered is not None else ():
-            if key[0] in gone:
-                self.ordered.reposition(key)
-        for held in (self.committed, self._buffered, self._handed):
+        if self.ordered is not None:
+            self.ordered.forget_topics(gone)
+        for held in (self.committed, self._handed):
             for tp in [tp for tp in held if tp[0] in gone]:
                 del held[tp]
-        self._paused = {tp for tp in self._paused if tp[0] not in gone}
+        self._pauses.forget_topics(gone)
 
     def close(self) -> None:
         self.consumer.close()
-
-    def _count(self, tp: tuple[str, int], delta: int) -> None:
-        buffered = self._buffered.get(tp, 0) + delta
-        self._buffered[tp] = buffered
-        if buffered >= PAUSE_AT and tp not in self._paused:
-            self.consumer.pause([TopicPartition(*tp)])
-            self._paused.add(tp)
-        elif buffered <= RESUME_AT and tp in self._paused:
-            self.consumer.resume([TopicPartition(*tp)])
-            self._paused.discard(tp)

@@ -15,8 +15,9 @@ import structlog
 from foundation.config import Settings
 from foundation.shards import ShardMap
 from foundation.topics import TopicCache, TopicSpec, ensure_topics, with_message_limit
-from revive.fetcher import UNTRUSTED, GroupFetcher, origin_topic
+from revive.fetcher import GroupFetcher
 from revive.inbox import Arrivals
+from revive.lanes import UNTRUSTED, origin_topic
 from revive.ordered_lanes import OrderedLanes
 from revive.pop_state import PopState
 from revive.resume import GroupResumer

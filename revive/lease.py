@@ -20,8 +20,9 @@ from foundation.clock import now_ms
 from foundation.config import Settings
 from revive import metrics
 from revive.copies import KPD_HEADERS
-from revive.fetcher import UNTRUSTED, Fetched, GroupFetcher, LaneKey
+from revive.fetcher import GroupFetcher
 from revive.held_records import HeldRecords
+from revive.lanes import UNTRUSTED, Fetched, LaneKey
 from revive.ledger import Outcome
 from revive.pop_state import PopState
 from revive.pop_step import Copy, PopStep

@@ -31,7 +31,8 @@ from confluent_kafka import KafkaException, TopicPartition
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.transactions import Transaction
 from revive import seek_stamps
-from revive.fetcher import GroupFetcher, source_topic
+from revive.fetcher import GroupFetcher
+from revive.lanes import source_topic
 from revive.pop_state import LedgerKey, PopState
 from revive.reader import GONE
 

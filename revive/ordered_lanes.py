@@ -56,6 +56,14 @@ class OrderedLanes:
             taken.append((record, found))
         return taken
 
+    def take_for(self, topic: str, limit: int, now_ms: int) -> list[tuple[LaneKey, Fetched]]:
+        """Up to `limit` records a pop of `topic` may lease now, from its lanes in turn."""
+        taken: list[tuple[LaneKey, Fetched]] = []
+        for key in self.lanes():
+            if key[0] == topic and len(taken) < limit:
+                taken += [(key, f) for f in self.take(key, limit - len(taken), now_ms)]
+        return taken
+
     def drop_done(self, key: LaneKey) -> int:
         """Forget the records whose message is done; how many."""
         kept = self._kept.get(key)
@@ -79,10 +87,21 @@ class OrderedLanes:
             self.ready[key] = ready
         return more
 
+    def ready_for(self, topic: str) -> int:
+        """What the lanes of `topic` could hand out as of the last `count_ready`. Called from
+        the event loop while the service thread may count: it sums a copy of `ready`."""
+        return sum(count for key, count in list(self.ready.items()) if key[0] == topic)
+
     def reposition(self, key: LaneKey) -> int:
         """The lane is read again from a new offset (a seek): nothing is kept; how many went."""
         self.ready.pop(key, None)
         return len(self._kept.pop(key, {}))
+
+    def forget_topics(self, gone: set[str]) -> None:
+        """The topics `gone` are read no more: nothing of their lanes is kept."""
+        for key in self.lanes():
+            if key[0] in gone:
+                self.reposition(key)
 
     def lanes(self) -> list[LaneKey]:
         return list(self._kept)

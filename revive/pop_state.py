@@ -23,8 +23,8 @@ from foundation.clock import now_ms
 from foundation.config import Settings
 from foundation.shards import ShardMap
 from revive.answered_calls import AnsweredCalls
-from revive.fetcher import source_topic
 from revive.key_lane import KeyLane
+from revive.lanes import source_topic
 from revive.ledger import PartitionLedger
 from revive.ledger_replay import Ledger, apply
 from revive.records import AnswerRecord, CheckpointRecord, ForgetRecord, SeekRecord, StateRecord

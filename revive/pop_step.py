@@ -21,7 +21,7 @@ from foundation.delivery_log import Event
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.transactions import Transaction
 from revive.copies import Origin, copy_event
-from revive.fetcher import origin_topic
+from revive.lanes import origin_topic
 from revive.ledger import Outcome
 from revive.pop_state import LedgerKey, PopState, Written
 from revive.records import (

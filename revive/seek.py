@@ -19,7 +19,8 @@ from confluent_kafka import TopicPartition
 from foundation.clock import now_ms
 from revive import seek_stamps
 from revive.copier import Copier
-from revive.fetcher import GroupFetcher, origin_topic
+from revive.fetcher import GroupFetcher
+from revive.lanes import origin_topic
 from revive.ledger import OK, Outcome
 from revive.offsets import GroupOffsets, OffsetCommitter
 from revive.pop_state import LedgerKey, PopState

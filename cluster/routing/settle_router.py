@@ -20,7 +20,7 @@ from cluster.routing.forwarding import forward, segment
 from cluster.routing.node import RoutingNode
 from cluster.routing.shard_answers import shard_answer, shard_route
 from foundation.problem import Problem
-from revive.fetcher import source_topic
+from revive.lanes import source_topic
 from revive.receipt import InvalidReceipt, Receipt
 from revive.requests import SettleRequest
 

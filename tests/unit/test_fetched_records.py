@@ -23,7 +23,8 @@ from revive.copies import (
     copy_headers,
     provenance,
 )
-from revive.fetcher import UNTRUSTED, GroupFetcher, lane_name
+from revive.fetcher import GroupFetcher
+from revive.lanes import UNTRUSTED, lane_name
 from revive.source_record import SourceRecord
 
 RETRY = "kpd.retry.g"

@@ -11,7 +11,8 @@ import pytest
 from test_seek_stamps import copy_of
 
 from revive.copies import provenance
-from revive.fetcher import UNTRUSTED, Fetched, GroupFetcher, LaneKey, lane_name
+from revive.fetcher import GroupFetcher
+from revive.lanes import UNTRUSTED, Fetched, LaneKey, lane_name
 from revive.source_record import SourceRecord
 
 RETRY = "kpd.retry.g"
@@ -91,10 +92,10 @@ def test_a_later_stamp_drops_the_buffered_copies_made_before_it(fetcher: GroupFe
         origin_lane: deque([(original, provenance(original, RETRY))]),
     }
     fetcher._by_origin = {"orders": [retry_lane, origin_lane]}
-    fetcher._buffered = {(RETRY, 0): 4, ("orders", 0): 1}
+    fetcher._pauses.buffered = {(RETRY, 0): 4, ("orders", 0): 1}
     fetcher.raise_stamp("orders", 100)
     assert [pair[0].offset for pair in fetcher._lanes[retry_lane]] == [2, 3]
-    assert fetcher._buffered[(RETRY, 0)] == 2
+    assert fetcher._pauses.buffered[(RETRY, 0)] == 2
     assert fetcher.available("orders") == 3  # originals are the seek's to move, not the stamp's
     fetcher.raise_stamp("orders", 50)  # an earlier stamp changes nothing
     assert fetcher.seek_stamps["orders"] == 100

@@ -54,3 +54,18 @@ def test_records_done_before_a_restart_are_not_kept() -> None:
     assert [r.offset for r, _ in ordered.take(KEY, 10, 0)] == [7]  # 6 is still leased
     assert ordered.reposition(KEY) == 2  # a seek: nothing kept
     assert ordered.take(KEY, 10, 0) == []
+
+
+def test_a_pop_of_a_topic_takes_from_its_lanes_in_turn_and_counts_only_theirs() -> None:
+    made: dict[tuple[str, int], KeyLane] = {}
+    ordered = OrderedLanes(lambda key: made.setdefault(key, KeyLane()))
+    ordered.add(KEY, [fetched(0, b"a"), fetched(1, b"b")])
+    ordered.add(("orders", 1), [fetched(5, b"c")])
+    ordered.add(("other", 0), [fetched(7, None)])
+    ordered.count_ready(0)
+    assert (ordered.ready_for("orders"), ordered.ready_for("other")) == (3, 1)
+    first_two = ordered.take_for("orders", 2, 0)
+    assert [(key, r.offset) for key, (r, _) in first_two] == [(KEY, 0), (KEY, 1)]
+    assert [r.offset for _, (r, _) in ordered.take_for("orders", 10, 0)] == [0, 1, 5]
+    ordered.forget_topics({"orders"})  # deleted: nothing of its lanes is kept
+    assert ordered.lanes() == [("other", 0)] and ordered.ready_for("orders") == 0
