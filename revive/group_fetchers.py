@@ -25,6 +25,9 @@ from revive.resume import GroupResumer
 log = structlog.get_logger(__name__)
 
 RESUME_THREADS = 8  # inherited groups whose fetchers are made at once (`revive.resume`)
+# After the arrival watch saw a record, how long a step waits for the fetcher's copy of it (it
+# comes about as soon: the broker answers both consumers' held fetches together).
+ARRIVAL_WAIT_S = 0.02
 Watched = tuple[str, int, str, int]  # (topic, partition, group, offset its fetcher reached)
 
 
@@ -137,11 +140,12 @@ class GroupFetchers:
             fetcher.close()
 
     def fetch_all(
-        self, arrivals: Arrivals, wait_s: float, on_available: Callable[[str, str], None]
+        self, arrivals: Arrivals, fresh: bool, on_available: Callable[[str, str], None]
     ) -> tuple[bool, set[tuple[str, str, int]]]:
         """Move what every fetcher has into lanes; for the records the arrival watch saw
-        (`arrivals`), wait up to `wait_s` until the fetcher has them too. (Did records arrive,
-        the arrivals still to come.)"""
+        (`arrivals`), wait up to ARRIVAL_WAIT_S if it saw some just now (`fresh`) until the
+        fetcher has them too. (Did records arrive, the arrivals still to come.)"""
+        wait_s = ARRIVAL_WAIT_S if fresh else 0.0
         until: dict[str, dict[tuple[str, int], int]] = {}
         for (group, topic, partition), offset in arrivals.items():
             until.setdefault(group, {})[(topic, partition)] = offset

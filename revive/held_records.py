@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from revive.pop_state import LedgerKey
 from revive.source_record import SourceRecord
 
+# What a pop leader holds per shard (`HeldRecords`' budget): some 50k leases of 300-byte records.
+HELD_RECORD_BYTES = 16 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 250  # the record's struct, its dict slot and the ints, roughly
 Place = tuple[LedgerKey, int]  # (group, lane, partition), offset
 

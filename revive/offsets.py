@@ -168,6 +168,18 @@ class OffsetCommitter:
                 batch.append(GroupOffsets(group, offsets, metadata))
         return batch
 
+    def send_due(
+        self, sender: OffsetSender, fetchers: dict[str, GroupFetcher], also: set[str]
+    ) -> dict[str, set[str]]:
+        """Commit through `sender` the watermarks that moved, of the groups due and of `also`
+        (`take`); the deleted topics found on the way, by group (their offsets left out)."""
+        batch = self.take(fetchers, also)
+        committed, deleted = sender.send(batch)
+        self.sent(committed)
+        if not committed:
+            self.not_sent(batch)
+        return deleted
+
     def sent(self, batch: list[GroupOffsets]) -> None:
         for offsets in batch:
             for tp in offsets.offsets:

@@ -12,10 +12,11 @@ records. Between steps the thread sleeps until a request or a wake comes (`reviv
 its next deadline: a lease ending, a group's offsets due, the replay floors to look at after a
 change. An idle shard does no work at all.
 
-The parts, one job each: `group_fetchers` (the groups' lanes read), `lease` (pop), `settle` (ack,
-nack, leases, reject, expiry), `copier` (retry and dead-letter copies), `offsets` (committed
-offsets), `replay` + `pop_state` (the ledgers a new leader rebuilds from the replay floor, so
-leases granted before a restart are honoured and acked messages never return).
+The parts, one job each: `request_server` (each request by its kind), `group_fetchers` (the
+groups' lanes read), `lease` (pop), `settle` (ack, nack, leases, reject, expiry), `copier`
+(retry and dead-letter copies), `offsets` (committed offsets), `replay_floors` + `pop_state`
+(the ledgers a new leader rebuilds from the replay floor, so leases granted before a restart
+are honoured and acked messages never return).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from confluent_kafka import TopicPartition
 
 from foundation.config import Settings
 from foundation.kafka_clients import transactional_producer
@@ -36,12 +36,10 @@ from foundation.shards import ShardMap
 from foundation.supervision import LoopHealth
 from foundation.topics import TopicCache
 from revive import metrics
-from revive.ack_produce import ack_and_produce
 from revive.copier import Copier
 from revive.deleted_topics import DeletedTopics
-from revive.forget import forget_group
 from revive.group_fetchers import GroupFetchers, Watched
-from revive.held_records import HeldRecords
+from revive.held_records import HELD_RECORD_BYTES, HeldRecords
 from revive.inbox import Arrivals, RequestInbox
 from revive.lease import Leaser
 from revive.offsets import OffsetCommitter, OffsetSender
@@ -50,7 +48,8 @@ from revive.pop_state import PopState, orders_by_key
 from revive.pop_step import PopStep, Unwritten
 from revive.reader import OffsetReader
 from revive.receipt import ReceiptCodec
-from revive.replay import PopStateReader
+from revive.replay_floors import ReplayFloors
+from revive.request_server import RequestServer
 from revive.requests import (
     AckProduceRequest,
     ForgetRequest,
@@ -66,13 +65,6 @@ from revive.stats import group_stats
 from revive.wake_times import FLOOR_EVERY_S, WakeTimes
 
 log = structlog.get_logger(__name__)
-
-# What the leader holds of the records it handed out, for nacks and expiries to copy without
-# reading them back (`revive.held_records`): some 50k leases of 300-byte records per shard.
-HELD_RECORD_BYTES = 16 * 1024 * 1024
-# After the arrival watch saw a record, how long a step waits for the fetcher's copy of it (it
-# comes about as soon: the broker answers both consumers' held fetches together).
-ARRIVAL_WAIT_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -105,14 +97,12 @@ class PopService:
             fencing=health.fencing,
         )
         self._reader = OffsetReader(deps.client_config, self._timeout_s)
-        self._floor = PopStateReader(
-            deps.client_config, self.state_topic, settings.state_topic("pop-floor"),
-            self._timeout_s,
+        self._floors = ReplayFloors(
+            deps.client_config, (self.state_topic, settings.state_topic("pop-floor")),
+            deps.shards.partitions(shard), self._timeout_s,
         )  # fmt: skip
-        self._partitions = deps.shards.partitions(shard)
         self._wakes = WakeTimes()
         self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
-        self._floors_sent: dict[int, int] = {}
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
         self._handover = handover
         self.state = (
@@ -136,6 +126,11 @@ class PopService:
         self._offset_sender = OffsetSender(
             self._producers, self._timeout_s, self._topic_cache.exists_now
         )
+        self._requests = RequestServer(
+            self.state, (self._leaser, self._settler, self._seeker),
+            (self._fetchers, self._offsets, self._unwritten), deps.on_available,
+            self._wakes.floors_may_move,
+        )  # fmt: skip
 
     # -- the face callers use, from any thread; requests go through the inbox ------------
 
@@ -191,9 +186,7 @@ class PopService:
         """Fence older leaders of this shard, then rebuild its ledgers from the replay floor."""
         self._producers.init_transactions(self._timeout_s)
         at = self._handover[1] if self._handover is not None else {}
-        self._floor.assign(at, [p for p in self._partitions if p not in at])
-        read = self._floor.replay_to_end(self.state, self._health.beat)
-        self._floor.stop_reading()
+        read = self._floors.replay(self.state, at, self._health.beat)
         self._fetchers.resume()
         log.info(
             "pop service started", shard=self.shard, ledgers=len(self.state.ledgers), read=read,
@@ -241,20 +234,7 @@ class PopService:
             self._wakes.floors_may_move()
         self._deleted.look()
         self._fetch(*self._inbox.take_arrivals())
-        for request, future in requests:
-            if isinstance(request, PopRequest):
-                self._pop(request, future, step)
-            elif isinstance(request, SeekRequest):
-                self._seek(request, future, step)
-            elif isinstance(request, ForgetRequest):
-                parts = (self._fetchers, self._offsets, self._unwritten)
-                step.answers.append((future, forget_group(request.group, self.state, parts, step)))
-            elif isinstance(request, Look):
-                step.answers.append((future, None))
-            elif isinstance(request, AckProduceRequest):
-                step.answers.append((future, ack_and_produce(request, self.state, step)))
-            else:
-                step.answers.append((future, self._settler.settle(request, step)))
+        self._requests.serve(requests, step)
         self._wakes.expiry_ms = self._settler.expire(step)
         for fetcher in self._fetchers.by_group.values():
             self._leaser.dead_letter_unpoppable(fetcher, step)
@@ -262,11 +242,9 @@ class PopService:
         if step.txn.open or floors:
             self._copier.write(step)
             step.write_records(self.state_topic, self.state)
-            if floors:
-                offsets = [TopicPartition(self.state_topic, p, o) for p, o in floors.items()]
-                step.txn.send_offsets(offsets, self._floor.consumer.consumer_group_metadata())
+            self._floors.send(step.txn, floors)
             step.txn.commit()
-            self._floors_sent.update(floors)
+            self._floors.sent(floors)
             self._held.drop(step.settled)  # their copies, if any, are written
             self._held_bytes.set(self._held.bytes)
         return unsent
@@ -274,12 +252,8 @@ class PopService:
     def _send_offsets(self, unsent: set[str]) -> None:
         """Commit the moved watermarks of the groups due and of `unsent`, from the state the
         step just made durable; a deleted topic found on the way is dropped."""
-        batch = self._offsets.take(self._fetchers.by_group, also=unsent)
-        committed, deleted = self._offset_sender.send(batch)
+        deleted = self._offsets.send_due(self._offset_sender, self._fetchers.by_group, unsent)
         self._wakes.floors_may_move()
-        self._offsets.sent(committed)
-        if not committed:
-            self._offsets.not_sent(batch)
         for group, topics in deleted.items():
             self._deleted.drop(group, topics)
 
@@ -289,10 +263,9 @@ class PopService:
         go in this step's transaction."""
         if not self._wakes.look_at_floors():
             return {}, set()
-        floors = self.state.floors(
-            self._partitions, lambda key: self._offsets.committed(self._fetchers.by_group, key)
+        moved = self._floors.moved(
+            self.state, lambda key: self._offsets.committed(self._fetchers.by_group, key)
         )
-        moved = {p: o for p, o in floors.items() if self._floors_sent.get(p) != o}
         return moved, self._offsets.unsent(self._fetchers.by_group)
 
     def close(self) -> None:
@@ -301,39 +274,14 @@ class PopService:
                 future.set_exception(RuntimeError("this sidecar stopped leading"))
         self._fetchers.close()
         self._reader.close()
-        self._floor.close()
+        self._floors.close()
         self._producers.release()
         self._held_bytes.set(0)
 
     def _fetch(self, arrivals: Arrivals, fresh: bool) -> None:
         """Move what the fetchers have into lanes, waiting briefly for the records the arrival
         watch saw just now (`GroupFetchers.fetch_all`); look again soon for those still to come."""
-        wait_s = ARRIVAL_WAIT_S if fresh else 0.0
-        moved, behind = self._fetchers.fetch_all(arrivals, wait_s, self._deps.on_available)
+        moved, behind = self._fetchers.fetch_all(arrivals, fresh, self._deps.on_available)
         if moved:  # a watermark may exist now where none did: a group's first offsets
             self._wakes.floors_may_move()
         self._inbox.still_behind(behind)
-
-    # -- pop -------------------------------------------------------------------------------
-
-    def _pop(self, request: PopRequest, future: Future[Any], step: PopStep) -> None:
-        try:  # nothing is leased yet: a failure here concerns this request only
-            if not self._fetchers.knows(request.group, request.topic):  # offsets may be unsent
-                self._wakes.floors_may_move()
-            fetcher = self._fetchers.for_pop(request.group, request.topic)
-            if self._fetchers.fetch(request.group, fetcher, self._deps.on_available):
-                self._wakes.floors_may_move()
-        except Exception as error:
-            future.set_exception(error)
-            return
-        step.answers.append((future, self._leaser.lease(request, fetcher, step)))
-
-    def _seek(self, request: SeekRequest, future: Future[Any], step: PopStep) -> None:
-        try:  # the group's fetcher and the new offsets: nothing has changed yet
-            fetcher = self._fetchers.for_pop(request.group, request.topic)
-            moved = self._seeker.positions(fetcher, request)
-        except Exception as error:
-            future.set_exception(error)
-            return
-        self._wakes.floors_may_move()
-        step.answers.append((future, self._seeker.seek(request, fetcher, moved, step)))
