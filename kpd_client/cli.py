@@ -37,7 +37,8 @@ from kpd_client.cli_messages import (
     stdin_lines,
 )
 from kpd_client.cli_table import group_table
-from kpd_client.client import KpdClient, KpdError, PoppedMessage
+from kpd_client.client import KpdClient, PoppedMessage
+from kpd_client.retry import KpdError
 
 DONE, FAILED, USAGE = 0, 1, 2
 MAX_ITEMS = 1000  # receipts per call (the API's bound)
