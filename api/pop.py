@@ -28,6 +28,7 @@ from api.pop_bodies import (
 )
 from api.pop_calls import Answer, Caller, pop_call, settle_call
 from cluster.routing.forwarding import is_forwarded
+from cluster.routing.group_stats import merged_group_stats
 from cluster.routing.pop_router import PopRouter
 from foundation.config import NAME_PATTERN, TOPIC_PATTERN
 
@@ -86,7 +87,7 @@ async def reject(group: GroupName, body: RejectBody, request: Request) -> Any:
 async def group_stats(
     group: GroupName, request: Request, node: Annotated[Node, Depends(get_node)]
 ) -> Any:
-    stats = await _router(request).stats(group, is_forwarded(request))
+    stats = await merged_group_stats(node, group, is_forwarded(request))
     return {
         "group": group,
         "config": node.settings.group(group).model_dump(),

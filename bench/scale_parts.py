@@ -28,7 +28,7 @@ from devtools.local_sidecar import (
     process_cpu_s,
     thread_cpu_s,
 )
-from kpd_client.client import CONNECTION_LIMITS
+from kpd_client.base_client import CONNECTION_LIMITS
 
 SHARDS = 8
 SETTLE_S = 10.0  # after a sidecar is ready: standbys catching up, groups settling

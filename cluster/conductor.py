@@ -18,22 +18,20 @@ followed here replays `kpd.pop-state` from the shard's replay floor (bounded). S
 for this worker's share of the shards of other sidecars (`ShardRoles.schedules_kept`), or with
 `standby_schedules = "next"` for the followed ones only; a delay role taking over a shard opens
 its store where its last holder left it (`delay_service.shard_store`) and reads on from there.
-A standby that found a store it is to keep still held by another worker of the sidecar
-restarts after `STANDBY_RETRY_S` to take it.
+When the standby restarts: `cluster.standby_slot`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import NamedTuple, cast
 
 import structlog
 
 from cluster.role_life import Phase, RoleLife, in_phase
-from cluster.standby import Standby
+from cluster.standby_slot import MakeStandby, StandbySlot
 from delay_service.schedules import Freshness
-from foundation.metrics import IS_LEADER, SHARD_LEADER, SHARD_STANDBY
+from foundation.metrics import IS_LEADER, SHARD_LEADER
 from foundation.supervision import LoopHealth, Role, Supervisor
 from foundation.watchdog import Watchdog
 from revive.service import PopService
@@ -44,16 +42,8 @@ STOP_TIMEOUT_S = 30.0
 # How long a shard's old delay role may deliver after the group moved the shard: the new owner's
 # reading before its fence, with room (about 60,000 schedule records a second on 2 cores).
 HANDOVER_S = 120.0
-STANDBY = -1  # the standby's "shard" in metrics and logs: it serves all the others
-STANDBY_RETRY_S = 2.0  # a standby short of stores another worker held restarts this often
 Make = Callable[[int, LoopHealth], Role]
 Shards = frozenset[int]
-
-
-class RunningStandby(NamedTuple):
-    supervisor: Supervisor
-    follows: Shards  # the shards whose pop state it keeps
-    keeps: Shards  # the shards whose schedules it applies to the index
 
 
 class Conductor:
@@ -61,22 +51,17 @@ class Conductor:
         self,
         watchdog: Watchdog,
         roles: dict[str, Make],  # "delay" / "pop" -> make(shard, health)
-        # (skipped, follow, keeps) -> the standby
-        standby: Callable[[Shards, Shards, Shards, LoopHealth], Standby],
+        standby: MakeStandby,
         schedules_kept: Callable[[Shards, Shards], Shards],  # (skipped, follow) -> by the standby
         wake: Callable[[], None] = lambda: None,  # a role started or ended: reconcile soon
     ) -> None:
-        self._watchdog, self._roles, self._make_standby = watchdog, roles, standby
+        self._watchdog, self._roles = watchdog, roles
         self._schedules_kept, self._wake = schedules_kept, wake
         # Every role here until it ends, by shard; a shard's tuple is replaced whole, so a
         # reader on another thread sees one or the other.
         self._lives: dict[int, tuple[RoleLife, ...]] = {}
         self._claimed: Shards = frozenset()  # the shards the group last gave this worker
-        # The standby, replaced as one for readers on other threads, and the shards whose
-        # schedules it leaves to roles here (led or handing over).
-        self._standby: RunningStandby | None = None
-        self._standby_skips: frozenset[int] = frozenset()
-        self._caught_up_once = False
+        self._standby = StandbySlot(standby, self._supervise, self._stop)
         self._reconciles = 0  # how many reconciles have ended (`await_released` counts them)
 
     @property
@@ -102,9 +87,9 @@ class Conductor:
             for life in self._in(Phase.STOPPING)
             if life.shard in self._claimed
         ]
-        role = cast(Standby | None, self._standby.supervisor.role) if self._standby else None
-        if role is not None and role.kept != role.wanted:
-            deadlines.append(role.started_at + STANDBY_RETRY_S)
+        standby_retry_at = self._standby.retry_at()
+        if standby_retry_at is not None:
+            deadlines.append(standby_retry_at)
         return max(min(deadlines) - now, 0.0) if deadlines else None
 
     def reconcile(self, owned: frozenset[int], follow: frozenset[int]) -> None:
@@ -125,21 +110,7 @@ class Conductor:
         # fenced away, not also when it is revoked.
         skips = frozenset(owned | self._lives.keys())
         follow -= skips
-        keeps = self._schedules_kept(skips, follow)
-        running = self._standby
-        if (
-            running is None
-            or (follow, keeps, skips) != (running.follows, running.keeps, self._standby_skips)
-            or _short_of_stores(running)
-        ):
-            followed = running.follows if running is not None else frozenset()
-            for shard in follow ^ followed:
-                SHARD_STANDBY.labels(str(shard)).set(int(shard in follow))
-            self._stop_standby()  # it may follow shards now led here: it must stop writing them
-            standby = self._supervise(
-                "standby", STANDBY, lambda health: self._make_standby(skips, follow, keeps, health)
-            )
-            self._standby, self._standby_skips = RunningStandby(standby, follow, keeps), skips
+        self._standby.run(skips, follow, self._schedules_kept(skips, follow))
         for shard in sorted(owned - self.led):
             if self._still_stopping(shard):
                 continue  # its old role must end first: one writer per shard and role
@@ -193,11 +164,11 @@ class Conductor:
 
     def stop(self) -> None:
         roles = [life.supervisor for lives in self._lives.values() for life in lives]
-        if self._standby is not None:
-            roles.append(self._standby.supervisor)
+        standby = self._standby.detach()
+        if standby is not None:
+            roles.append(standby)
         self._claimed = frozenset()
         self._lives = {}
-        self._standby = None
         self._stop(*roles)
 
     def started(self, shard: int) -> bool:
@@ -231,23 +202,14 @@ class Conductor:
         if handing_over is not None and not handing_over.supervisor.ended:
             started = handing_over.supervisor.role is not None
             return Freshness.CURRENT if started else Freshness.CATCHING_UP
-        standby = self._standby
-        if standby is not None and shard in standby.keeps:
-            role = standby.supervisor.role  # None until caught up
-            if role is None:
-                return Freshness.CATCHING_UP
-            if shard in cast(Standby, role).kept:  # its store was free at the start
-                return Freshness.CURRENT
+        kept = self._standby.freshness(shard)
+        if kept is not None:
+            return kept
         return Freshness.CATCHING_UP if shard in self._claimed else Freshness.ELSEWHERE
 
     def standby_caught_up_once(self) -> bool:
-        """Has a standby caught up since this worker started? (Remembered once seen.) One
-        restarted for a new set of shards to follow catches up while the worker serves on: not a
-        reason to be unready."""
-        standby = self._standby
-        if standby is not None and standby.supervisor.role is not None:
-            self._caught_up_once = True
-        return self._caught_up_once
+        """(`StandbySlot.caught_up_once`)"""
+        return self._standby.caught_up_once()
 
     def _hand_over(self, shards: frozenset[int], until: float) -> None:
         """Stop leading `shards`: their started delay roles go on until fenced (or `until`), as
@@ -306,11 +268,6 @@ class Conductor:
         supervisor.start()
         return supervisor
 
-    def _stop_standby(self) -> None:
-        standby, self._standby = self._standby, None
-        if standby is not None:
-            self._stop(standby.supervisor)
-
     def _stop(self, *supervisors: Supervisor) -> None:
         """Stop roles together: each ends after its current step or wait, so asking them all
         first makes the stop of a worker's roles take one such wait, not one per role."""
@@ -320,17 +277,6 @@ class Conductor:
             # A role stuck in a Kafka call does not end; the watchdog sees it (it still "runs").
             if supervisor.stop(timeout_s=STOP_TIMEOUT_S):
                 self._watchdog.forget(supervisor.health)
-
-
-def _short_of_stores(standby: RunningStandby) -> bool:
-    """Has the standby run a while without some of the stores it is to keep (another worker of
-    this sidecar held them at its start)? Restarted then, it takes them."""
-    role = cast(Standby | None, standby.supervisor.role)
-    return (
-        role is not None
-        and role.kept != role.wanted
-        and time.monotonic() - role.started_at >= STANDBY_RETRY_S
-    )
 
 
 def _named(name: str, lives: Iterable[RoleLife]) -> RoleLife | None:

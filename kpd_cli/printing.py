@@ -8,7 +8,7 @@ from typing import Any
 
 from kpd_client.cli_table import table
 
-DONE, FAILED, USAGE = 0, 1, 2  # as the client verbs' (kpd_client.cli)
+DONE, FAILED, USAGE = 0, 1, 2  # as the client verbs' (kpd_client.cli_verbs)
 
 
 def print_rows(rows: Sequence[dict[str, Any]], as_json: bool, empty: str) -> None:

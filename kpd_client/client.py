@@ -15,7 +15,8 @@ While leadership moves, kpd answers 503 with a `Retry-After` header; calls wait 
 again (with stamina) until `retry_deadline_s` (default 15 s) has passed, then raise `KpdError`.
 A settle call (ack, nack, extend, reject) whose receipts span shards answers per receipt: those
 of a shard whose leader moves come back `unavailable` and are sent again, alone, on the same
-terms; what the other shards settled is kept.
+terms; what the other shards settled is kept. How a call reaches the sidecars, and which
+failures send it on to the next one: `kpd_client.base_client`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,35 +33,9 @@ import httpx
 import stamina
 
 from kpd_client import calls
+from kpd_client.base_client import UNANSWERED, UNREACHABLE, BaseClient, checked_answer
 from kpd_client.calls import Call
-from kpd_client.retry import (
-    RETRY_DEADLINE_S,
-    KpdError,
-    retry_after_s,
-    retry_while_moving,
-    unsettled,
-)
-from kpd_client.sidecars import Sidecars
-
-# An idle connection is reused for at most this long. A sidecar closes connections idle for
-# KPD_HTTP_KEEP_ALIVE_MS (5 s by default); httpx's own default is also 5 s, so a call sent on a
-# connection idle for just under 5 s could meet the sidecar's close and fail with "Server
-# disconnected without sending a response". Keep this below the sidecar's keep-alive.
-IDLE_CONNECTION_S = 2.0
-# A sidecar whose host does not answer a connect (gone, cut off) is skipped after this long, not
-# after the call's whole timeout (60 s by default); a refused connect is skipped at once.
-CONNECT_TIMEOUT_S = 5.0
-UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout)  # nothing was sent: any call goes on
-# The call was sent and no answer came (the sidecar paused or cut off, or it died mid-call): a
-# call safe to send twice (`Call.resend`) goes on to the next sidecar.
-UNANSWERED = (
-    httpx.ReadTimeout, httpx.WriteTimeout, httpx.ReadError, httpx.WriteError,
-    httpx.RemoteProtocolError,
-)  # fmt: skip
-# httpx's default pool sizes, with that idle expiry.
-CONNECTION_LIMITS = httpx.Limits(
-    max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_CONNECTION_S
-)
+from kpd_client.retry import retry_while_moving, unsettled
 
 
 @dataclass(frozen=True)
@@ -96,74 +71,16 @@ class PoppedMessage:
         )
 
 
-def _checked(response: httpx.Response) -> Any:
-    if response.status_code >= 400:
-        try:
-            problem = response.json()
-        except ValueError:
-            problem = {"code": "http_error", "detail": response.text[:500]}
-        retry_after = retry_after_s(response.headers.get("retry-after"))
-        raise KpdError(response.status_code, problem, retry_after)
-    return None if response.status_code == 204 else response.json()
-
-
 # The backoff hook alone decides when to stop (it knows each call's deadline).
 _RETRYING = stamina.RetryingCaller(attempts=None, timeout=None)
 _ASYNC_RETRYING = stamina.AsyncRetryingCaller(attempts=None, timeout=None)
-
-
-def _headers(token: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _messages(data: dict[str, Any]) -> list[PoppedMessage]:
     return [PoppedMessage.from_json(m) for m in data["messages"]]
 
 
-class _Client:
-    """What the sync and async clients share: settings, and the retry policy of one call."""
-
-    _http_class: type[httpx.Client] | type[httpx.AsyncClient]
-
-    def __init__(
-        self,
-        base_url: str | Sequence[str],
-        token: str | None = None,
-        timeout_s: float = 60,
-        retry_deadline_s: float = RETRY_DEADLINE_S,
-        connect_timeout_s: float = CONNECT_TIMEOUT_S,
-    ) -> None:
-        """`base_url`: one sidecar, or several: calls then go to each in turn (any sidecar
-        answers any call, so pops spread over them), skipping one that cannot be reached
-        (refused, or no connect within `connect_timeout_s`) or gives no answer, and asking it
-        last for a while (`kpd_client.sidecars`).
-        `timeout_s`: how long a sidecar may take to answer, beyond the wait a call asks of it.
-        `retry_deadline_s`: how long a call keeps retrying while leadership moves (0: never)."""
-        self._sidecars = Sidecars([base_url] if isinstance(base_url, str) else base_url)
-        self._timeout_s = timeout_s
-        self._connect_timeout_s = min(timeout_s, connect_timeout_s)
-        self._http: Any = self._http_class(
-            headers=_headers(token),
-            timeout=httpx.Timeout(timeout_s, connect=self._connect_timeout_s),
-            limits=CONNECTION_LIMITS,
-        )
-        self._retry_deadline_s = retry_deadline_s
-
-    def _request(self, url: str, call: Call) -> dict[str, Any]:
-        """The arguments of `call` to the sidecar at `url`: its answer may take its wait more."""
-        timeout = httpx.Timeout(call.wait_s + self._timeout_s, connect=self._connect_timeout_s)
-        return dict(method=call.method, url=url + call.path, json=call.body, timeout=timeout)
-
-    def _goes_on(self, url: str, call: Call, error: Exception) -> bool:
-        """The sidecar at `url` is away; may `call`, failed there with `error`, go to another?"""
-        self._sidecars.away(url)
-        return isinstance(error, UNREACHABLE) or call.resend
-
-    def _deadline(self) -> float:
-        return time.monotonic() + self._retry_deadline_s
-
-
-class KpdClient(_Client):
+class KpdClient(BaseClient):
     """Synchronous client; httpx.Client is thread-safe, so one can serve many threads."""
 
     _http_class = httpx.Client
@@ -196,7 +113,7 @@ class KpdClient(_Client):
         while True:
             url = urls.pop(0)
             try:
-                return _checked(self._http.request(**self._request(url, call)))
+                return checked_answer(self._http.request(**self._request(url, call)))
             except (*UNREACHABLE, *UNANSWERED) as error:  # the next sidecar answers as well
                 if not self._goes_on(url, call, error) or not urls:
                     raise
@@ -241,26 +158,17 @@ class KpdClient(_Client):
         return list(self._call(call)["results"])
 
     def nack(
-        self,
-        group: str,
-        receipts: Iterable[str],
-        delay_ms: int | None = None,
+        self, group: str, receipts: Iterable[str], delay_ms: int | None = None
     ) -> list[dict[str, Any]]:
         return self._settle(group, "nack", receipts, delay_ms=delay_ms)
 
     def extend(
-        self,
-        group: str,
-        receipts: Iterable[str],
-        invisible_ms: int,
+        self, group: str, receipts: Iterable[str], invisible_ms: int
     ) -> list[dict[str, Any]]:
         return self._settle(group, "leases", receipts, invisible_ms=invisible_ms)
 
     def reject(
-        self,
-        group: str,
-        receipts: Iterable[str],
-        reason: str | None = None,
+        self, group: str, receipts: Iterable[str], reason: str | None = None
     ) -> list[dict[str, Any]]:
         return self._settle(group, "reject", receipts, reason=reason)
 
@@ -286,7 +194,7 @@ class KpdClient(_Client):
         return list(self._call(calls.seek(group, topic, to, time_ms))["partitions"])
 
 
-class AsyncKpdClient(_Client):
+class AsyncKpdClient(BaseClient):
     """Asynchronous client for workers on asyncio: the pop-group calls."""
 
     _http_class = httpx.AsyncClient
@@ -306,7 +214,7 @@ class AsyncKpdClient(_Client):
         while True:
             url = urls.pop(0)
             try:
-                return _checked(await self._http.request(**self._request(url, call)))
+                return checked_answer(await self._http.request(**self._request(url, call)))
             except (*UNREACHABLE, *UNANSWERED) as error:  # the next sidecar answers as well
                 if not self._goes_on(url, call, error) or not urls:
                     raise

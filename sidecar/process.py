@@ -12,7 +12,6 @@ to start a fresh one.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import structlog
@@ -44,17 +43,17 @@ from foundation.store import Store, shard_stores
 from foundation.topics import TopicCache
 from foundation.watchdog import Watchdog
 from revive.arrivals import ArrivalWatch
-from revive.receipt import ReceiptCodec
+from revive.receipt import ReceiptCodec, receipt_secret
 from revive.service import PopDeps, PopService
+from sidecar.clock_gate import ClockGate
 from sidecar.readiness import role_reasons, waiting_workers
-from sidecar.self_heal import SelfHeal
+from sidecar.self_heal import SelfHeal, exit_for_restart
 from sidecar.topology import kpd_topic_names, set_up
 from sidecar.workers import StartedWorkers
 
 log = structlog.get_logger(__name__)
 
 SETUP_RETRY_S = 1.0
-EXIT_STALLED = 75  # EX_TEMPFAIL: the worker supervisor (or compose) starts a fresh process
 HEAL_AFTER_S = 15.0  # unready this long from broken clients while fresh ones work: restart
 # A stopping worker's shards deliver from here until their new owners fence them, this long at
 # most: well within the 18 s a stop may take (`sidecar.run`).
@@ -89,7 +88,7 @@ class Sidecar:
         # Idle connections go at half the peers' keep-alive (the same setting): one reused just
         # as its peer closes it would fail the call.
         self.http = PeerHttp(settings.http_keep_alive_ms / 2000, CONNECT_TIMEOUT_S)
-        self.codec = ReceiptCodec(_receipt_secret(settings))
+        self.codec = ReceiptCodec(receipt_secret(settings))
         self.availability = Availability()
         self.index_writes = IndexWrites()
         self.stores.on_write(self.index_writes.written)
@@ -98,17 +97,21 @@ class Sidecar:
         self.watchdog = Watchdog(
             report_after_s=max(1.0, timeout_s / 2),
             give_up_after_s=3 * timeout_s + 5,
-            on_stall=lambda health: self._exit_for_restart(f"{health.name} stalled"),
+            on_stall=lambda health: exit_for_restart(f"{health.name} stalled", self.membership),
         )
         self.memory_trim = MemoryTrim()
         self.gc_pauses = GcPauses()
         self.self_heal = SelfHeal(
-            self.client_config, self.not_ready_reasons, HEAL_AFTER_S, self._exit_for_restart
+            self.client_config,
+            self.not_ready_reasons,
+            HEAL_AFTER_S,
+            lambda why: exit_for_restart(why, self.membership),
         )
         self.membership: Membership | None = None
         self._owners: Owners | None = None
         self._successor: Successor | None = None
         self.broker_clock: BrokerClock | None = None
+        self._clock_gate = ClockGate(settings.max_clock_offset_ms)
         self._conductor: Conductor | None = None
         self._arrivals: ArrivalWatch | None = None
         self._claims_watch: FolderWatch | None = None
@@ -150,12 +153,7 @@ class Sidecar:
         if not self._topics_ready:
             reasons.append("kpd topics not created yet")
         reasons += group_reasons(self.membership, self._owners)
-        clock = self.broker_clock
-        if clock is not None and clock.measured and not self._clock_fit():
-            reasons.append(
-                f"clock {clock.offset_ms} ms off the broker's (bound "
-                f"{self.settings.max_clock_offset_ms} ms): leading nothing"
-            )
+        reasons += self._clock_gate.reasons()
         reasons += role_reasons(self._conductor, self.membership)
         reasons += self.watchdog.problems()
         group = (self._owners, self.membership)
@@ -203,7 +201,7 @@ class Sidecar:
         try:
             while not self._stopping.is_set():
                 self.membership.changed.clear()
-                self.membership.paused = not self._clock_fit()
+                self.membership.paused = not self._clock_gate.fit()
                 early = self._successor.shards if self._successor is not None else frozenset()
                 lead = self.membership.owned | early if not self.membership.paused else frozenset()
                 self._conductor.reconcile(lead, self._roles.next_to_take())
@@ -255,7 +253,7 @@ class Sidecar:
             roles.schedules_kept, wake,
         )  # fmt: skip
         self._owners.on_change = wake
-        clock.on_sample = self._clock_sampled
+        self._clock_gate.watch(clock, self.membership)
         if self._successor is not None:
             self._successor.on_change = wake
         self._claims_watch = self.stores.claims.on_change(wake)
@@ -283,38 +281,3 @@ class Sidecar:
         """Are other members in the group, as last seen (refreshed every second)?"""
         owners = self._owners
         return owners is not None and any(member.url != self.url for member in owners.ring.members)
-
-    def _clock_sampled(self) -> None:
-        """A new sample of the broker's clock: wake the conductor if the fit changes."""
-        membership = self.membership
-        if membership is not None and membership.paused == self._clock_fit():
-            membership.changed.set()
-
-    def _clock_fit(self) -> bool:
-        """Measured, and close enough to the broker's to lead (it waits the offset out)."""
-        clock = self.broker_clock
-        return (
-            clock is not None
-            and clock.measured
-            and abs(clock.offset_ms) <= self.settings.max_clock_offset_ms
-        )
-
-    def _exit_for_restart(self, why: str) -> None:
-        """Stuck for good (a stalled loop, broken clients): hand the shards over at once, then
-        exit; the worker supervisor starts a fresh process."""
-        if self.membership is not None:
-            leave = threading.Thread(target=self.membership.stop, name="leave", daemon=True)
-            leave.start()
-            leave.join(timeout=2)  # the group's client may be stuck too: bounded
-        log.error("exiting so a fresh process takes over", why=why, code=EXIT_STALLED)
-        os._exit(EXIT_STALLED)
-
-
-def _receipt_secret(settings: Settings) -> bytes:
-    if settings.receipt_secret is not None:
-        return settings.receipt_secret.get_secret_value().encode()
-    log.warning(
-        "KPD_RECEIPT_SECRET is not set: using a development secret; set the same secret "
-        "on every sidecar in production"
-    )
-    return b"kpd-development-receipt-secret"

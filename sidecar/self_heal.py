@@ -6,18 +6,22 @@ for a reason its long-lived clients give (Kafka unreachable to the probe, no lea
 group, the worker left out of the group, topics not set up) for `heal_after_s` while a fresh
 client reaches the cluster, the worker exits and its supervisor (`sidecar.workers`) starts a
 fresh one. When Kafka is really away, fresh clients fail too and nothing restarts: readiness
-says why meanwhile.
+says why meanwhile. A worker whose loops stall for good (the watchdog) exits the same way
+(`exit_for_restart`).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 from confluent_kafka.admin import AdminClient
 
+from cluster.membership import Membership
 from foundation.periodic import PeriodicThread
 
 log = structlog.get_logger(__name__)
@@ -30,6 +34,7 @@ CLIENT_REASONS = (
     "kpd topics not created",
 )
 CHECK_EVERY_S = 1.0
+EXIT_STALLED = 75  # EX_TEMPFAIL: the worker supervisor (or compose) starts a fresh process
 
 
 class SelfHeal(PeriodicThread):
@@ -61,3 +66,14 @@ class SelfHeal(PeriodicThread):
         except Exception:  # any failure means "not reachable now", like the probe
             return False
         return bool(metadata.brokers)
+
+
+def exit_for_restart(why: str, membership: Membership | None) -> NoReturn:
+    """Stuck for good (a stalled loop, broken clients): hand the shards over at once, then
+    exit; the worker supervisor starts a fresh process."""
+    if membership is not None:
+        leave = threading.Thread(target=membership.stop, name="leave", daemon=True)
+        leave.start()
+        leave.join(timeout=2)  # the group's client may be stuck too: bounded
+    log.error("exiting so a fresh process takes over", why=why, code=EXIT_STALLED)
+    os._exit(EXIT_STALLED)

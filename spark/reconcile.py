@@ -6,9 +6,10 @@ The work on the log, in order (Spark jobs over the data; the rest runs on small 
    typed Parquet is read again by each pass instead, only the columns that pass needs;
 2. one aggregation of the log into a frequency table (`spark.lateness`): counts by target,
    group and event, malformed reasons, the time window, both lateness measures;
-3. one aggregation of the delay events per schedule id: missing, pending and duplicated ids;
+3. one aggregation of the delay events per schedule id: missing, pending and duplicated ids
+   (`spark.schedule_outcomes`);
 4. only for anomaly kinds whose count is not zero: one scan of the log for the early, late and
-   malformed rows, and one for the details of duplicated ids.
+   malformed rows, and one for the details of duplicated ids (`spark.anomaly_lists`).
 
 Missing, pending and duplicates concern delay schedules (events without a `group`). Pop
 deliveries are at least once by contract (a message comes back when its lease ends), so a pop
@@ -23,9 +24,10 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark.anomaly_lists import ANOMALY_KINDS, anomaly_lists
 from spark.lateness import (
     LATENESS_METHOD,
     MEASURES,
@@ -33,11 +35,8 @@ from spark.lateness import (
     lateness_columns,
     measure_stats,
 )
-from spark.parse import EVENT_COLUMNS, EVENTS, INTERNAL_NAMES
-
-ANOMALY_KINDS = ("early", "late", "missing", "duplicates", "malformed")
-# An `invalid` event with a schedule's id settled it to kpd.invalid (e.g. its target vanished).
-_RESOLVING = ("delivered", "cancelled", "invalid")
+from spark.parse import EVENTS
+from spark.schedule_outcomes import per_schedule
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ def reconcile(
         histograms = {m: freq.histogram(m, dims.overall[m]) for m in MEASURES}
 
         progress("missing and duplicated deliveries")
-        schedules = _per_schedule(events, end_ms, params.grace_ms).persist(
+        schedules = per_schedule(events, end_ms, params.grace_ms).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         for row in schedules.groupBy("kind", "target").count().collect():
@@ -146,7 +145,9 @@ def reconcile(
         progress("collecting anomaly lists")
         counts = {kind: dims.overall[kind] for kind in ANOMALY_KINDS[:-1]}
         counts["malformed"] = sum(reasons.values())
-        tables = _lists(events, schedules, counts, params)
+        tables = anomaly_lists(
+            events, schedules, counts, params.late_threshold_ms, params.list_limit
+        )
     finally:
         for frame in (schedules, events):
             if frame is not None:
@@ -201,118 +202,3 @@ def _in_window(parsed: DataFrame, params: Params) -> DataFrame:
     if params.until_ms is not None:
         in_window &= F.col("at_ms") <= params.until_ms
     return lateness_columns(parsed.filter(keep | in_window))
-
-
-def _valid_delay(events: DataFrame) -> DataFrame:
-    return events.filter(F.col("malformed_reason").isNull() & F.col("grp").isNull())
-
-
-def _per_schedule(events: DataFrame, end_ms: int | None, grace_ms: int) -> DataFrame:
-    """One row per missing, pending or duplicated schedule id: (id, kind, target, ...)."""
-    scheduled = F.col("event") == "scheduled"
-    delivered = F.col("event") == "delivered"
-    scheduled_at = F.when(scheduled, F.col("at_ms"))
-    # A re-scheduled id counts once, with its latest schedule.
-    latest = F.max_by(F.when(scheduled, F.struct("target", "due_ms", "node")), scheduled_at)
-    per_id = (
-        _valid_delay(events)
-        .filter(F.col("event").isin("scheduled", *_RESOLVING))
-        .groupBy("id")
-        .agg(
-            latest.alias("s"),
-            F.max(scheduled_at).alias("scheduled_at_ms"),
-            F.count_if(F.col("event").isin(*_RESOLVING)).alias("resolved"),
-            F.count_if(delivered).alias("deliveries"),
-            F.min(F.when(delivered, F.col("target"))).alias("delivered_target"),
-        )
-    )
-    end = F.lit(end_ms if end_ms is not None else 0).cast("bigint")
-    due = F.col("s.due_ms")
-    kind = F.when(F.col("deliveries") > 1, "duplicates").when(
-        F.col("s").isNotNull() & (F.col("resolved") == 0),
-        F.when(due + F.lit(grace_ms) <= end, "missing").otherwise("pending"),
-    )
-    return per_id.select(
-        "id",
-        kind.alias("kind"),
-        F.coalesce(F.col("s.target"), F.col("delivered_target")).alias("target"),
-        F.lit(None).cast("string").alias("grp"),
-        due.alias("due_ms"),
-        "scheduled_at_ms",
-        F.col("s.node").alias("node"),
-        (end - due).alias("overdue_ms"),
-    ).filter(F.col("kind").isNotNull())
-
-
-def _lists(
-    events: DataFrame, schedules: DataFrame, counts: dict[str, int], params: Params
-) -> dict[str, pa.Table]:
-    """Anomaly tables (at most `list_limit` rows each); no Spark job for a kind with none."""
-    early = F.col("lat") < 0
-    late = F.col("disp") > params.late_threshold_ms
-    malformed = F.col("malformed_reason").isNotNull()
-    conditions = {"early": early, "late": late, "malformed": malformed}
-    wanted = [cond for kind, cond in conditions.items() if counts[kind]]
-    flagged = events.filter(_any(wanted)).persist() if wanted else events.limit(0)
-
-    def deliveries(condition: Column) -> DataFrame:
-        lateness = {"lateness_ms": F.col("lat"), "dispatch_lateness_ms": F.col("disp")}
-        return (
-            flagged.filter(condition)
-            .select(*EVENT_COLUMNS, *lateness.values())
-            .toDF(*EVENT_COLUMNS, *lateness)
-        )
-
-    limit = params.list_limit
-    missing = schedules.filter(F.col("kind") == "missing").drop("kind")
-    try:
-        return {
-            "early": _arrow(deliveries(early), limit, "lateness_ms"),
-            "late": _arrow(deliveries(late), limit, "dispatch_lateness_ms", descending=True),
-            "missing": _arrow(missing, limit, "due_ms"),
-            "duplicates": _arrow(_duplicates(events, schedules, counts), limit, "id"),
-            "malformed": _arrow(
-                flagged.filter(malformed).select(
-                    "source", F.col("malformed_reason").alias("reason"), "raw"
-                ),
-                limit,
-                None,
-            ),
-        }
-    finally:
-        flagged.unpersist()
-
-
-def _any(conditions: list[Column]) -> Column:
-    out = conditions[0]
-    for condition in conditions[1:]:
-        out = out | condition
-    return out
-
-
-def _duplicates(events: DataFrame, schedules: DataFrame, counts: dict[str, int]) -> DataFrame:
-    """Each duplicated id with its deliveries (the ids are few: a broadcast semi-join)."""
-    delivered = _valid_delay(events).filter(F.col("event") == "delivered")
-    if counts["duplicates"]:
-        ids = schedules.filter(F.col("kind") == "duplicates").select("id")
-        delivered = delivered.join(F.broadcast(ids), "id", "left_semi")
-    else:
-        delivered = delivered.limit(0)
-    return delivered.groupBy("id").agg(
-        F.count("*").alias("deliveries"),
-        F.min("target").alias("target"),
-        F.min("grp").alias("grp"),
-        F.min("due_ms").alias("due_ms"),
-        F.min("at_ms").alias("first_at_ms"),
-        F.max("at_ms").alias("last_at_ms"),
-        F.array_join(F.array_sort(F.collect_set("node")), ",").alias("nodes"),
-    )
-
-
-def _arrow(df: DataFrame, limit: int, order: str | None, descending: bool = False) -> pa.Table:
-    """Anomaly list → Arrow (written by the driver as one file, also under spark-submit)."""
-    external = {v: k for k, v in INTERNAL_NAMES.items() if v in df.columns}
-    out = df.withColumnsRenamed(external)
-    if order is not None:
-        out = out.orderBy(F.col(order).desc() if descending else F.col(order), "id")
-    return out.limit(limit).toArrow()

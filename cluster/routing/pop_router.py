@@ -12,7 +12,7 @@ answers what the others leased, and fails only when none leased anything. With n
 parks: a local arrival (`cluster.routing.availability`) or a remote owner's watch (a long poll that
 leases nothing) wakes it, so it answers as soon as any lane gets a message. Calls forwarded by a
 peer are answered from local shards only. Acks, nacks, lease changes and rejects:
-`cluster.routing.settle_router`.
+`cluster.routing.settle_router`; a group's stats: `cluster.routing.group_stats`.
 """
 
 from __future__ import annotations
@@ -62,8 +62,6 @@ class PopRouter:
         self._watches: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         # (group, topic, retry topic, their partition counts) -> the shards of their lanes
         self._lane_shards: dict[tuple[str, str, str, int, int], list[int]] = {}
-
-    # -- pop -------------------------------------------------------------------------------
 
     async def pop(
         self, group: str, topic: str, wanted: int, invisible_ms: int, wait_ms: int, local: bool
@@ -270,51 +268,6 @@ class PopRouter:
         path = pop_path(group, topic)
         answer = await forward(self._node, "watch", url, path, body, {WATCH: "1"}, wait_s=WATCH_S)
         self.turns.heard(url, group, topic, answer)
-
-    # -- stats -----------------------------------------------------------------------------
-
-    async def stats(self, group: str, local: bool) -> dict[str, Any]:
-        node = self._node
-        services = {shard: node.pop_service(shard) for shard in range(node.shard_map.shards)}
-        parts = [
-            await asyncio.to_thread(service.stats, group)
-            for service in services.values()
-            if service is not None
-        ]
-        if not local:
-            owners = node.owners()
-            # Stats with a shard left out would read as lower figures: say it is moving instead.
-            unled = [
-                shard
-                for shard, service in services.items()
-                if service is None and owners.get(shard, node.url) == node.url
-            ]
-            if unled:
-                raise leadership_moving("no_leader", f"no sidecar leads shards {unled} now")
-            # Only the owners of shards not led here: a dead owner whose shards this worker took
-            # over early is still named by the group for seconds (its session), and asking it
-            # failed every stats call until then. By the group's view, not `routes`: a guardian
-            # that has not taken a dead owner's shards yet would answer without them, too low.
-            urls = {owners[s] for s, service in services.items() if service is None} - {node.url}
-            path = f"/v1/groups/{segment(group)}"
-            parts += await asyncio.gather(
-                *(forward(node, "stats", url, path, None) for url in sorted(urls))
-            )
-        return _merge_stats(parts)
-
-
-def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    topics: dict[str, Any] = {}
-    for part in parts:
-        for topic, numbers in part.get("topics", {}).items():
-            merged = topics.setdefault(
-                topic, {"available": 0, "in_flight": 0, "retrying": 0, "partitions": {}}
-            )
-            for name in ("available", "in_flight", "retrying"):
-                merged[name] += numbers[name]
-            merged["partitions"].update(numbers["partitions"])
-    dead = sum(part.get("dead_lettered", 0) for part in parts)
-    return {"topics": topics, "dead_lettered": dead}
 
 
 def pop_path(group: str, topic: str) -> str:

@@ -19,7 +19,8 @@ import pytest
 
 from foundation.config import Settings
 from kpd_client import KpdClient
-from kpd_client.client import IDLE_CONNECTION_S, AsyncKpdClient
+from kpd_client.base_client import IDLE_CONNECTION_S
+from kpd_client.client import AsyncKpdClient
 
 
 class _Sidecar(BaseHTTPRequestHandler):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from kafka_helpers import wait_for
 from role_helpers import FencingRole, HandingRole, HeldRole, SteppingRole
 
-from cluster import conductor
+from cluster import conductor, standby_slot
 from cluster.conductor import Conductor
 from delay_service.schedules import Freshness
 from foundation.supervision import LoopHealth
@@ -274,7 +274,7 @@ def test_a_standby_short_of_a_store_another_worker_held_answers_elsewhere_and_tr
     """A store still held by another worker of the sidecar (its roles handing the shard over)
     is left out of a standby's start: the index does not keep that shard, so the API asks the
     owner, and the standby restarts after `STANDBY_RETRY_S` to take it, not before."""
-    monkeypatch.setattr(conductor, "STANDBY_RETRY_S", 0.3)
+    monkeypatch.setattr(standby_slot, "STANDBY_RETRY_S", 0.3)
     f = Fixture(keeps_all=True)
     f.short_of = frozenset({3})
     started = time.monotonic()
@@ -292,7 +292,7 @@ def test_a_standby_short_of_a_store_another_worker_held_answers_elsewhere_and_tr
     wait_for(lambda: f.conductor.freshness(3) is Freshness.CURRENT, 5, "shard 3 kept now")
     # The store taken: a reconcile restarts nothing, even once the standby has run past
     # STANDBY_RETRY_S (its start moved back by that much, rather than waited out).
-    f.standby_roles[-1].started_at -= conductor.STANDBY_RETRY_S  # type: ignore[attr-defined]
+    f.standby_roles[-1].started_at -= standby_slot.STANDBY_RETRY_S  # type: ignore[attr-defined]
     f.conductor.reconcile(frozenset({0}), frozenset())
     assert len(f.standbys) == 2
     f.conductor.stop()
