@@ -6,8 +6,16 @@ import contextlib
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from foundation.config import Settings
 from foundation.record_size import message_limit
@@ -130,6 +138,21 @@ def release_producer(producer: Producer) -> None:
     or failed for good has nothing it may send and raises: that is why its role stops, not news."""
     with contextlib.suppress(KafkaException):
         producer.flush(1)
+
+
+def partition_ends(
+    admin: AdminClient, partitions: list[TopicPartition], timeout_s: float
+) -> dict[tuple[str, int], int]:
+    """The ends (last stable offsets) of many partitions in one call of the admin client. Not a
+    consumer's watermark query: that waits behind the consumer's own long-poll fetch on the same
+    connection, once per partition."""
+    if not partitions:
+        return {}
+    asked = {TopicPartition(tp.topic, tp.partition): OffsetSpec.latest() for tp in partitions}
+    futures = admin.list_offsets(
+        asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+    )
+    return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
 
 
 def partition_end(

@@ -102,6 +102,7 @@ class PopService:
             deps.shards.partitions(shard), self._timeout_s,
         )  # fmt: skip
         self._wakes = WakeTimes()
+        self._admin = deps.admin
         self._topic_cache = TopicCache(deps.admin, self._timeout_s, recheck_known_s=FLOOR_EVERY_S)
         # A standby's hot state of this shard, if it had one: only its tail is left to read.
         self._handover = handover
@@ -178,7 +179,8 @@ class PopService:
         thread sleeps: nothing moves records in meanwhile)."""
         with contextlib.suppress(Exception):  # a shard that does not answer: its lanes as they are
             self._inbox.submit(Look()).result(timeout=self._timeout_s)
-        return group_stats(self._fetchers.by_group.get(group), self.state, group, self._timeout_s)
+        fetcher = self._fetchers.by_group.get(group)
+        return group_stats(fetcher, self.state, group, self._admin, self._timeout_s)
 
     # -- the service thread ----------------------------------------------------------------
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
+
+from foundation.kafka_clients import partition_ends
 from revive.fetcher import GroupFetcher
 from revive.pop_state import PopState
 
 
 def group_stats(
-    fetcher: GroupFetcher | None, state: PopState, group: str, timeout_s: float
+    fetcher: GroupFetcher | None, state: PopState, group: str, admin: AdminClient, timeout_s: float
 ) -> dict[str, Any]:
     """Read from an HTTP thread while the service works: approximate by nature."""
     topics: dict[str, Any] = {}
@@ -23,11 +26,12 @@ def group_stats(
         committed = fetcher.consumer.committed(
             [tp for tp in fetcher.assignment if tp.topic == topic], timeout=timeout_s
         )
+        ends = partition_ends(admin, committed, timeout_s)
         partitions = {}
         for tp in committed:
-            _, high = fetcher.consumer.get_watermark_offsets(tp, timeout=timeout_s)
             done = max(tp.offset, 0)
-            partitions[str(tp.partition)] = {"committed": tp.offset, "lag": high - done}
+            lag = ends[(tp.topic, tp.partition)] - done
+            partitions[str(tp.partition)] = {"committed": tp.offset, "lag": lag}
         topics[topic] = {
             "available": fetcher.available(topic, retries=False),
             "in_flight": in_flight,

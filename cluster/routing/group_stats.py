@@ -13,11 +13,11 @@ from foundation.problem import leadership_moving
 
 async def merged_group_stats(node: RoutingNode, group: str, local: bool) -> dict[str, Any]:
     services = {shard: node.pop_service(shard) for shard in range(node.shard_map.shards)}
-    parts = [
-        await asyncio.to_thread(service.stats, group)
-        for service in services.values()
-        if service is not None
-    ]
+    parts = list(
+        await asyncio.gather(
+            *(asyncio.to_thread(s.stats, group) for s in services.values() if s is not None)
+        )
+    )
     if not local:
         owners = node.owners()
         # Stats with a shard left out would read as lower figures: say it is moving instead.

@@ -18,6 +18,8 @@ from devtools.kafka_release import DEFAULT_VERSION, KafkaRelease
 from kpd_client import KpdClient
 
 T0 = 1_700_000_000_000  # the produced records' timestamps start here
+# Records that old fall out of a topic's default retention at the broker's next check.
+KEPT = {"retention.ms": "-1"}
 
 
 def produce(bootstrap: str, topic: str, records: dict[int, list[tuple[str, int]]]) -> None:
@@ -37,7 +39,10 @@ def committed(admin: AdminClient, group: str, topic: str, partitions: int) -> di
     asked = ConsumerGroupTopicPartitions(
         group, [TopicPartition(topic, p) for p in range(partitions)]
     )
-    answer = admin.list_consumer_group_offsets([asked])[group].result(timeout=30)
+    # Stable: a seek's offsets commit in its transaction, visible once its markers are written.
+    answer = admin.list_consumer_group_offsets([asked], require_stable=True)[group].result(
+        timeout=30
+    )
     return {tp.partition: tp.offset for tp in answer.topic_partitions}
 
 
@@ -45,7 +50,7 @@ def test_a_purge_ends_every_delivery_and_drops_every_retry_wherever_it_waits(
     sidecar_factory, new_topic, kafka_bootstrap, admin
 ) -> None:
     sidecar = sidecar_factory("a").start()
-    group, topic = unique("g"), new_topic(partitions=2)
+    group, topic = unique("g"), new_topic(partitions=2, config=KEPT)
     produce(kafka_bootstrap, topic, {0: [("a0", T0), ("a1", T0), ("a2", T0)], 1: [("b0", T0)]})
     with KpdClient(sidecar.url) as kpd:
         popped = {m.value: m for m in pop_until(kpd, group, topic, 4)}
@@ -86,7 +91,7 @@ def test_a_seek_by_time_or_to_the_start_delivers_again_from_there(
     sidecar_factory, new_topic, kafka_bootstrap
 ) -> None:
     sidecar = sidecar_factory("a").start()
-    group, topic = unique("g"), new_topic(partitions=2)
+    group, topic = unique("g"), new_topic(partitions=2, config=KEPT)
     records = {
         0: [("x0", T0), ("x1", T0 + 1_000), ("x2", T0 + 2_000)],
         1: [("y0", T0 + 500), ("y1", T0 + 1_500)],
@@ -124,7 +129,7 @@ def test_a_seek_racing_pops_and_acks_hands_out_nothing_from_before_it(
     sidecar_factory, new_topic, kafka_bootstrap
 ) -> None:
     sidecar = sidecar_factory("a").start()
-    group, topic = unique("g"), new_topic(partitions=4)
+    group, topic = unique("g"), new_topic(partitions=4, config=KEPT)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
     popped: list[Any] = []
     failures: list[BaseException] = []
@@ -200,7 +205,7 @@ def test_a_seek_taken_by_one_sidecar_moves_the_shards_the_other_leads(
     a = sidecar_factory("a", workers="1").start()
     b = sidecar_factory("b", workers="1").start()
     wait_for(lambda: led_shards(a) and led_shards(b), 60, "both sidecars leading a shard")
-    group, topic = unique("g"), new_topic(partitions=4)
+    group, topic = unique("g"), new_topic(partitions=4, config=KEPT)
     produce(kafka_bootstrap, topic, {p: [(f"m{p}-{n}", T0) for n in range(3)] for p in range(4)})
     with KpdClient(a.url) as on_a, KpdClient(b.url) as on_b:
         leased = pop_until(on_a, group, topic, 12)
@@ -225,7 +230,7 @@ def test_seeks_that_cannot_be_are_refused_with_nothing_moved(
     sidecar_factory, new_topic, kafka_bootstrap, admin
 ) -> None:
     sidecar = sidecar_factory("a").start()
-    group, topic = unique("g"), new_topic()
+    group, topic = unique("g"), new_topic(config=KEPT)
     produce(kafka_bootstrap, topic, {0: [("m", T0)]})
     path = f"/v1/groups/{group}/topics/{topic}/seek"
     bodies: list[Any] = [
