@@ -155,18 +155,33 @@ def partition_ends(
     return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
 
 
-def partition_end(
-    consumer: Consumer, tp: TopicPartition, deadline: float, call_timeout_s: float
-) -> int:
-    """The partition's end (for a read_committed consumer, the last stable offset), waiting out
-    a partition just created (`NOT_READY_YET`) and other retriable errors until `deadline`."""
-    return partition_bounds(consumer, tp, deadline, call_timeout_s)[1]
+def watermarks(
+    client_config: dict[str, Any],
+    partitions: list[TopicPartition],
+    deadline: float,
+    call_timeout_s: float,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's first offset and its end (the last stable offset), as `partition_bounds`
+    asks them, through a consumer of its own that never fetches: a reading consumer's query
+    waits behind its own long-poll fetch on the same connection, once per partition."""
+    if not partitions:
+        return {}
+    asker = state_consumer(client_config, "kpd-watermarks")
+    try:
+        return {
+            (tp.topic, tp.partition): partition_bounds(asker, tp, deadline, call_timeout_s)
+            for tp in partitions
+        }
+    finally:
+        asker.close()
 
 
 def partition_bounds(
     consumer: Consumer, tp: TopicPartition, deadline: float, call_timeout_s: float
 ) -> tuple[int, int]:
-    """The partition's first offset and its end, as `partition_end` asks."""
+    """The partition's first offset and its end (for a read_committed consumer, the last stable
+    offset), waiting out a partition just created (`NOT_READY_YET`) and other retriable errors
+    until `deadline`."""
     while True:
         try:
             low, high = consumer.get_watermark_offsets(tp, timeout=call_timeout_s)

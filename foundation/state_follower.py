@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from foundation.kafka_clients import consume_ready, partition_end, state_consumer
+from foundation.kafka_clients import consume_ready, state_consumer, watermarks
 from foundation.store import Batch, Store
 
 log = structlog.get_logger(__name__)
@@ -39,6 +39,7 @@ class StateFollower:
         consumer_overrides: dict[str, Any] | None = None,
     ) -> None:
         self._store_of = store_of
+        self._client_config = client_config
         self._written: dict[tuple[str, int], int] = {}  # positions stored, not to store again
         self._appliers = appliers
         self.only = only  # which (topic, partition) to follow: a shard's, or those not led here
@@ -97,10 +98,8 @@ class StateFollower:
         """Apply records until every partition reaches its end as of now; the partitions still
         behind if `timeout_s` passed first."""
         deadline = time.monotonic() + timeout_s
-        ends = {
-            (tp.topic, tp.partition): partition_end(self._consumer, tp, deadline, 10)
-            for tp in self._assignment
-        }
+        bounds = watermarks(self._client_config, self._assignment, deadline, 10)
+        ends = {place: end for place, (_, end) in bounds.items()}
         # Until its first fetch a partition's position is invalid (< 0): start from the offset
         # it was assigned at (0 for "from the beginning").
         start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in self._assignment}

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             return _kafka(args.action, LocalKafka(home=args.dir, port=args.port))
         if args.config:
             os.environ["KPD_CONFIG"] = args.config
-        from sidecar.run import run_sidecar
+        from sidecar.workers import run_sidecar  # not the worker's web stack
 
         return run_sidecar(load_settings())
     except (SettingsError, LocalKafkaError, MavenError) as error:

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from foundation.kafka_clients import consume_ready, partition_end, state_consumer
+from foundation.kafka_clients import consume_ready, state_consumer, watermarks
 from revive.pop_state import PopState
 from revive.records import InvalidStateRecord, StateRecord, unpack_batch
 
@@ -28,6 +28,7 @@ class PopStateReader:
         self, config: dict[str, Any], topic: str, floor_group: str, timeout_s: float
     ) -> None:
         self.consumer = state_consumer(config, floor_group)  # assigned; it never commits
+        self._config = config
         self._topic, self._timeout_s = topic, timeout_s
         self._partitions: list[TopicPartition] = []
 
@@ -73,10 +74,8 @@ class PopStateReader:
     def replay_to_end(self, state: PopState, beat: Callable[[], None]) -> int:
         """Apply every record up to the partitions' ends as of now; how many were read."""
         deadline = time.monotonic() + self._timeout_s
-        ends = {
-            tp.partition: partition_end(self.consumer, tp, deadline, self._timeout_s)
-            for tp in self._partitions
-        }
+        bounds = watermarks(self._config, self._partitions, deadline, self._timeout_s)
+        ends = {partition: end for (_, partition), (_, end) in bounds.items()}
         start = {tp.partition: max(tp.offset, 0) for tp in self._partitions}
         count = 0
         while True:

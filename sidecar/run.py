@@ -1,4 +1,5 @@
-"""`kpd run`: the worker supervisor, and each worker: a sidecar behind a uvicorn server.
+"""Each worker of `kpd run`: a sidecar behind a uvicorn server (the supervisor, which imports
+none of this, is `sidecar.workers`).
 
 SIGTERM/SIGINT stop a worker gracefully, within `SHUTDOWN_BOUND_S`: a Kafka call that hangs
 (librdkafka #5456) cannot hold the process, which exits anyway once the bound is reached.
@@ -23,15 +24,10 @@ from foundation.config import Settings
 from foundation.garbage_collection import freeze_startup_objects
 from foundation.logs import configure_logging
 from sidecar.process import Sidecar
-from sidecar.workers import SHUTDOWN_BOUND_S, StartedWorkers, WorkerSupervisor
+from sidecar.workers import SHUTDOWN_BOUND_S, StartedWorkers
 
 PR_SET_PDEATHSIG = 1
 EXIT_FORCED = 70  # the graceful stop did not finish within its bound
-
-
-def run_sidecar(settings: Settings) -> int:
-    configure_logging(settings.log_level, settings.log_format)
-    return WorkerSupervisor(settings).run()
 
 
 def run_worker(settings: Settings, index: int, listen_fd: int) -> int:

@@ -30,6 +30,7 @@ import structlog
 from prometheus_client.multiprocess import mark_process_dead
 
 from foundation.config import Settings
+from foundation.logs import configure_logging
 
 log = structlog.get_logger(__name__)
 
@@ -72,6 +73,12 @@ class StartedWorkers:
             (self._folder / self._mine).touch()
             self._marked = True
         return self._workers - sum(1 for _ in self._folder.glob(f"{STARTED}*"))
+
+
+def run_sidecar(settings: Settings) -> int:
+    """`kpd run`: supervise the workers until stopped."""
+    configure_logging(settings.log_level, settings.log_format)
+    return WorkerSupervisor(settings).run()
 
 
 class WorkerSupervisor:

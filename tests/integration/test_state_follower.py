@@ -18,7 +18,7 @@ from delay_service.schedule_follower import schedule_reading
 from delay_service.schedules import COLUMN_FAMILIES, Schedule, ScheduleIndex, State
 from delay_service.writes import POSITION_EVERY
 from devtools.broker_for_tests import topic_replication_from_env
-from foundation.kafka_clients import partition_end, state_consumer
+from foundation.kafka_clients import partition_bounds, state_consumer
 from foundation.shards import ShardMap
 from foundation.state_follower import OFFSETS_CF, StateFollower
 from foundation.store import Batch, Store
@@ -123,7 +123,7 @@ def test_a_partition_s_end_is_awaited_while_it_is_just_created(
             admin.create_topics([spec])[topic].result(timeout=30)
             deadline = time.monotonic() + 30
             tps = [TopicPartition(topic, p) for p in range(4)]
-            ends = [partition_end(consumer, tp, deadline, 10) for tp in tps]
+            ends = [partition_bounds(consumer, tp, deadline, 10)[1] for tp in tps]
             assert ends == [0, 0, 0, 0]
     finally:
         consumer.close()

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVER = ("foundation", "delay_service", "revive", "api", "cluster", "sidecar")
 HEADER_NAME = re.compile(r"kpd-[a-z]+(-[a-z]+)*")
 # Names of kpd's own consumer groups and threads, spelled where they are used: not headers.
-NOT_HEADERS = {"kpd-state-follower", "kpd-arrival-watch", "kpd-offset-reader"}
+NOT_HEADERS = {"kpd-state-follower", "kpd-arrival-watch", "kpd-offset-reader", "kpd-watermarks"}
 
 
 def test_no_server_module_spells_a_kpd_header_name() -> None:
