@@ -74,13 +74,17 @@ class BaseClient:
         last for a while (`kpd_client.sidecars`).
         `timeout_s`: how long a sidecar may take to answer, beyond the wait a call asks of it.
         `retry_deadline_s`: how long a call keeps retrying while leadership moves (0: never)."""
-        self._sidecars = Sidecars([base_url] if isinstance(base_url, str) else base_url)
         self._timeout_s = timeout_s
         self._connect_timeout_s = min(timeout_s, connect_timeout_s)
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self._sidecars = Sidecars(urls)
         self._http: Any = self._http_class(
             headers=_headers(token),
             timeout=httpx.Timeout(timeout_s, connect=self._connect_timeout_s),
             limits=CONNECTION_LIMITS,
+            # Sidecars on plain HTTP need no TLS context, which httpx builds for every client
+            # otherwise (loading the CA bundle: some 25 ms of CPU); any https one gets the default.
+            verify=any(url.lower().startswith("https:") for url in urls),
         )
         self._retry_deadline_s = retry_deadline_s
 

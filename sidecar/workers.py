@@ -14,7 +14,9 @@ within a bound; a worker still running past it is killed. Workers die with the s
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import shutil
 import signal
 import socket
@@ -112,8 +114,7 @@ class WorkerSupervisor:
             )
             return 1
         self._listener.set_inheritable(True)
-        for stop_signal in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(stop_signal, self._stop)
+        wake = self._wake_on_signals()
         for worker in self._workers:
             self._spawn(worker)
         while True:
@@ -122,7 +123,29 @@ class WorkerSupervisor:
                 self._watch(worker, now)
             if self._stopping and all(w.process is None for w in self._workers):
                 return 0
-            time.sleep(0.05)
+            select.select([wake], [], [], self._next_wake(now))
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake, 512)
+
+    def _wake_on_signals(self) -> int:
+        """A pipe that gets a byte when a worker exits (SIGCHLD) or a stop signal comes: the
+        loop sleeps on it, so a supervisor with nothing to do does nothing."""
+        wake, woken = os.pipe()
+        os.set_blocking(wake, False)
+        os.set_blocking(woken, False)
+        signal.set_wakeup_fd(woken)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the signal is delivered
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop_signal, self._stop)
+        return wake
+
+    def _next_wake(self, now: float) -> float | None:
+        """Seconds until a timer of the loop's is due (a restart, the stop bound); None: none."""
+        if self._stopping:  # past the bound the workers are killed: their exits wake the loop
+            left = self._stop_time + SHUTDOWN_BOUND_S - now
+            return left if left >= 0 else None
+        restarts = [w.restart_at for w in self._workers if w.process is None]
+        return max(0.0, min(restarts) - now) if restarts else None
 
     def _spawn(self, worker: Worker) -> None:
         assert self._listener is not None

@@ -22,7 +22,7 @@ from hypothesis import settings
 from kafka_helpers import SESSION_TAG, TopicCleanup, topic_ready, unique, wait_for
 
 from devtools.broker_for_tests import broker_for_tests, topic_replication_from_env
-from devtools.local_sidecar import SidecarProcess, isolated_env
+from devtools.local_sidecar import SidecarProcess, isolated_env, plain_http
 
 ROOT = Path(__file__).resolve().parent.parent
 # Two cores shared with a broker, sidecars and Spark: per-example time limits would only measure
@@ -150,7 +150,7 @@ class SidecarUnderTest(SidecarProcess):
             pytest.fail(str(error))
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30)
+        return plain_http(self.url)
 
     def retry_topic(self, group: str) -> str:
         """The pop group's default retry topic: under this sidecar's namespace."""

@@ -20,6 +20,7 @@ from kafka_helpers import (
     wait_for,
 )
 
+from devtools.local_sidecar import plain_http
 from kpd_client import KpdClient, PoppedMessage
 
 
@@ -209,14 +210,16 @@ class PopLoad:
 
 def ready(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        with plain_http(url, 2) as http:
+            return http.get("/readyz").status_code == 200
     except httpx.HTTPError:
         return False
 
 
 def readiness(url: str) -> str:
     try:
-        return httpx.get(f"{url}/readyz", timeout=2).text
+        with plain_http(url, 2) as http:
+            return http.get("/readyz").text
     except httpx.HTTPError as error:
         return f"unreachable: {error}"
 
