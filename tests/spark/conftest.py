@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from audit_synthlog import SyntheticLog, build_log
+from short_jvm import SHORT_LIVED_JVM
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +20,7 @@ def spark() -> Iterator[Any]:
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.default.parallelism": "2",
+        "spark.driver.extraJavaOptions": SHORT_LIVED_JVM,
     }
     # With the Kafka connector always: a machine that cannot fetch it fails here, loudly.
     session = local_session("local[2]", kafka=True, driver_memory="1g", conf=conf)

@@ -20,7 +20,7 @@ def percentiles(values: list[int]) -> dict[str, float]:
     return {n: float(np.percentile(values, q)) for n, q in (("p50", 50), ("p99", 99))}
 
 
-def test_overdue_arrivals_are_late_end_to_end_but_not_by_dispatch(tmp_path):
+def test_overdue_arrivals_are_late_end_to_end_but_not_by_dispatch(spark, tmp_path):
     log = arrived_late_log()
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(log.lines) + "\n")
@@ -89,7 +89,7 @@ def test_overdue_arrivals_are_late_end_to_end_but_not_by_dispatch(tmp_path):
     ]
 
 
-def test_late_threshold_gates_dispatch_lateness(tmp_path):
+def test_late_threshold_gates_dispatch_lateness(spark, tmp_path):
     log = arrived_late_log()
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(log.lines) + "\n")

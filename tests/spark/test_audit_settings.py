@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from audit_synthlog import build_log, produce_log
 from kafka_helpers import unique
+from short_jvm import SHORT_LIVED_JVM
 
 from kpd_cli.main import main as kpd
 
@@ -90,6 +91,7 @@ def test_real_cli_process_reads_the_environment(kafka_bootstrap, log_topic, tmp_
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("KPD_")}
     env |= {"KPD_BOOTSTRAP": kafka_bootstrap, "KPD_DELIVERY_LOG_TOPIC": log_topic}
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env["JAVA_TOOL_OPTIONS"] = SHORT_LIVED_JVM
     out = tmp_path / "out"
     done = subprocess.run(
         [KPD, "audit", "--out", str(out), "--master", "local[1]", "--driver-memory", "512m",
