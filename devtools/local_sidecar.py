@@ -68,6 +68,7 @@ class SidecarProcess:
         self.data_dir = Path(env["KPD_DATA_DIR"])
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
+        self._probe: httpx.Client | None = None  # kept: a readiness poll reuses its connection
 
     def spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,8 +89,10 @@ class SidecarProcess:
         assert self.process is not None
         if self.process.poll() is not None:
             raise RuntimeError(f"sidecar exited with {self.process.returncode}:\n{self.log()}")
-        with contextlib.suppress(httpx.HTTPError), plain_http(self.url, 1) as http:
-            return http.get("/readyz").status_code == 200
+        if self._probe is None:
+            self._probe = plain_http(self.url, 1)
+        with contextlib.suppress(httpx.HTTPError):
+            return self._probe.get("/readyz").status_code == 200
         return False
 
     def wait_ready(self, timeout_s: float) -> float:
@@ -113,6 +116,9 @@ class SidecarProcess:
 
     def terminate(self, sig: signal.Signals = signal.SIGTERM, timeout_s: float = 60) -> int:
         assert self.process is not None
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
         if self.process.poll() is None:
             self.signal(sig)
         return self.process.wait(timeout=timeout_s)

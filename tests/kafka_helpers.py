@@ -53,7 +53,7 @@ def wait_for(
 ) -> object:
     """Poll `condition` until it returns something truthy; after `timeout_s` fail the test (or,
     with `fail=False`, return the last falsy result so the caller can say more)."""
-    deadline = time.monotonic() + timeout_s
+    deadline, pause = time.monotonic() + timeout_s, 0.02
     while True:
         result = condition()
         if result:
@@ -62,7 +62,8 @@ def wait_for(
             if not fail:
                 return result
             pytest.fail(f"timed out after {timeout_s} s waiting for {what or condition}")
-        time.sleep(0.02)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.1)  # a look often costs a sidecar a request: fewer when long
 
 
 def now_ms() -> int:
