@@ -12,10 +12,11 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
+from json_stub import JsonHandler
 
 from foundation.config import Settings
 from kpd_client import KpdClient
@@ -23,7 +24,7 @@ from kpd_client.base_client import IDLE_CONNECTION_S
 from kpd_client.client import AsyncKpdClient
 
 
-class _Sidecar(BaseHTTPRequestHandler):
+class _Sidecar(JsonHandler):
     """Answers a group's stats (GET) and an empty pop (POST)."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn
@@ -38,14 +39,7 @@ class _Sidecar(BaseHTTPRequestHandler):
 
     def _answer(self, body: bytes) -> None:
         self.peers.append(self.client_address[1])
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: object) -> None:
-        pass
+        self.answer(body)
 
 
 @pytest.fixture

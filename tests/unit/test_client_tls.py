@@ -9,28 +9,21 @@ import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
+from json_stub import JsonHandler
 
 from kpd_client import KpdClient
 
 
-class _Sidecar(BaseHTTPRequestHandler):
+class _Sidecar(JsonHandler):
     """Answers a group's stats, named after the server: which sidecar answered."""
 
     def do_GET(self) -> None:
-        body = b'{"group": "%s", "topics": {}}' % self.server.label  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: object) -> None:
-        pass
+        self.answer(b'{"group": "%s", "topics": {}}' % self.server.label)  # type: ignore[attr-defined]
 
 
 def _serve(server: ThreadingHTTPServer, label: bytes) -> Iterator[str]:
