@@ -155,21 +155,21 @@ def partition_ends(
     return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
 
 
-def watermarks(
+def stable_ends(
     client_config: dict[str, Any],
     partitions: list[TopicPartition],
     deadline: float,
     call_timeout_s: float,
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """Each partition's first offset and its end (the last stable offset), as `partition_bounds`
-    asks them, through a consumer of its own that never fetches: a reading consumer's query
-    waits behind its own long-poll fetch on the same connection, once per partition."""
+) -> dict[tuple[str, int], int]:
+    """Each partition's end (the last stable offset), as `partition_bounds` asks it, through a
+    consumer of its own that never fetches: a reading consumer's query waits behind its own
+    long-poll fetch on the same connection, once per partition."""
     if not partitions:
         return {}
     asker = state_consumer(client_config, "kpd-watermarks")
     try:
         return {
-            (tp.topic, tp.partition): partition_bounds(asker, tp, deadline, call_timeout_s)
+            (tp.topic, tp.partition): partition_bounds(asker, tp, deadline, call_timeout_s)[1]
             for tp in partitions
         }
     finally:

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from foundation.kafka_clients import consume_ready, state_consumer, watermarks
+from foundation.kafka_clients import consume_ready, stable_ends, state_consumer
 from foundation.store import Batch, Store
 
 log = structlog.get_logger(__name__)
@@ -98,8 +98,7 @@ class StateFollower:
         """Apply records until every partition reaches its end as of now; the partitions still
         behind if `timeout_s` passed first."""
         deadline = time.monotonic() + timeout_s
-        bounds = watermarks(self._client_config, self._assignment, deadline, 10)
-        ends = {place: end for place, (_, end) in bounds.items()}
+        ends = stable_ends(self._client_config, self._assignment, deadline, 10)
         # Until its first fetch a partition's position is invalid (< 0): start from the offset
         # it was assigned at (0 for "from the beginning").
         start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in self._assignment}

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from foundation.kafka_clients import consume_ready, state_consumer, watermarks
+from foundation.kafka_clients import consume_ready, stable_ends, state_consumer
 from revive.pop_state import PopState
 from revive.records import InvalidStateRecord, StateRecord, unpack_batch
 
@@ -74,8 +74,8 @@ class PopStateReader:
     def replay_to_end(self, state: PopState, beat: Callable[[], None]) -> int:
         """Apply every record up to the partitions' ends as of now; how many were read."""
         deadline = time.monotonic() + self._timeout_s
-        bounds = watermarks(self._config, self._partitions, deadline, self._timeout_s)
-        ends = {partition: end for (_, partition), (_, end) in bounds.items()}
+        found = stable_ends(self._config, self._partitions, deadline, self._timeout_s)
+        ends = {partition: end for (_, partition), end in found.items()}
         start = {tp.partition: max(tp.offset, 0) for tp in self._partitions}
         count = 0
         while True:

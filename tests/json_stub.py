@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from http.server import BaseHTTPRequestHandler
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class JsonHandler(BaseHTTPRequestHandler):
@@ -15,3 +17,14 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     def log_message(self, *_: object) -> None:
         pass
+
+
+def serve(server: ThreadingHTTPServer) -> Iterator[str]:
+    """Run `server` on a thread while the caller's fixture lasts; yields its host:port."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

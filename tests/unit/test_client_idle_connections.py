@@ -9,14 +9,13 @@ sidecar here: what is tested is the client's connection pool, not kpd.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
-from json_stub import JsonHandler
+from json_stub import JsonHandler, serve
 
 from foundation.config import Settings
 from kpd_client import KpdClient
@@ -45,12 +44,8 @@ class _Sidecar(JsonHandler):
 @pytest.fixture
 def server() -> Iterator[str]:
     _Sidecar.peers = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Sidecar)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    for address in serve(ThreadingHTTPServer(("127.0.0.1", 0), _Sidecar)):
+        yield f"http://{address}"
 
 
 def test_the_idle_expiry_is_below_the_sidecars_default_keep_alive() -> None:

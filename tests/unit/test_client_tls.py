@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
-from json_stub import JsonHandler
+from json_stub import JsonHandler, serve
 
 from kpd_client import KpdClient
 
@@ -26,15 +25,9 @@ class _Sidecar(JsonHandler):
         self.answer(b'{"group": "%s", "topics": {}}' % self.server.label)  # type: ignore[attr-defined]
 
 
-def _serve(server: ThreadingHTTPServer, label: bytes) -> Iterator[str]:
+def _labelled(server: ThreadingHTTPServer, label: bytes) -> Iterator[str]:
     server.label = label  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from serve(server)
 
 
 @pytest.fixture
@@ -50,12 +43,12 @@ def https_sidecar(tmp_path: Path) -> Iterator[str]:
     context.load_cert_chain(cert, key)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sidecar)
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    yield from _serve(server, b"tls")
+    yield from _labelled(server, b"tls")
 
 
 @pytest.fixture
 def http_sidecar() -> Iterator[str]:
-    yield from _serve(ThreadingHTTPServer(("127.0.0.1", 0), _Sidecar), b"plain")
+    yield from _labelled(ThreadingHTTPServer(("127.0.0.1", 0), _Sidecar), b"plain")
 
 
 def test_an_https_sidecar_with_an_unsigned_certificate_is_refused(https_sidecar: str) -> None:
