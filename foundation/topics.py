@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -15,6 +15,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
     ResourceType,
+    TopicMetadata,
 )
 
 from foundation.record_size import message_limit
@@ -74,22 +75,38 @@ def ensure_topics(
             # Another sidecar may have created it a moment ago.
             if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-    await_leaders(admin, created, timeout_s)
+    # Those another client created a moment ago too: they may not be led yet either.
+    await_leaders(admin, [spec.name for spec in missing], timeout_s)
     log.info("topics created", topics=sorted(created))
     return created
 
 
-def await_leaders(admin: AdminClient, topics: list[str], timeout_s: float) -> None:
-    """A topic just created answers "not leader" until its partitions have leaders: wait."""
+def await_leaders(
+    client: AdminClient | Consumer, topics: list[str], timeout_s: float
+) -> dict[str, TopicMetadata]:
+    """Every topic's metadata, once each of `topics` has a leader for every partition. A topic
+    just created is unknown to the broker's metadata, or its partitions unled, for a moment:
+    wait, within `timeout_s` (a KafkaException past it)."""
     deadline = time.monotonic() + timeout_s
-    while topics and time.monotonic() < deadline:
-        metadata = admin.list_topics(timeout=timeout_s).topics
-        if all(
-            t in metadata and all(p.leader >= 0 for p in metadata[t].partitions.values())
-            for t in topics
-        ):
-            return
+    while True:
+        metadata = client.list_topics(timeout=timeout_s).topics
+        if all(_led(metadata.get(t)) for t in topics):
+            return metadata
+        if time.monotonic() >= deadline:
+            unled = sorted(t for t in topics if not _led(metadata.get(t)))
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"topics without leaders: {unled}")
+            )
         time.sleep(0.05)
+
+
+def _led(topic: TopicMetadata | None) -> bool:
+    return (
+        topic is not None
+        and topic.error is None
+        and bool(topic.partitions)
+        and all(p.leader >= 0 for p in topic.partitions.values())
+    )
 
 
 def message_limit_of(admin: AdminClient, topic: str, timeout_s: float) -> int:

@@ -22,6 +22,8 @@ from kpd_core import lane_runs
 
 from foundation.clock import now_ms
 from foundation.kafka_clients import consume_ready, state_consumer
+from foundation.problem import Problem
+from foundation.topics import await_leaders
 from revive import seek_stamps
 from revive.fetch_pauses import FetchPauses
 from revive.lanes import UNTRUSTED, Fetched, LaneKey, source_topic
@@ -74,8 +76,13 @@ class GroupFetcher:
         new = [t for t in (topic, self.retry_topic) if t not in self.topics]
         if not new:
             return
-        metadata = self.consumer.list_topics(timeout=timeout_s)
-        partitions = [TopicPartition(t, p) for t in new for p in metadata.topics[t].partitions]
+        # The retry topic may have been made a moment ago, by another shard's fetcher: waited
+        # for. A popped topic the broker does not know (deleted since the call's check) fails.
+        made = [self.retry_topic] if self.retry_topic in new else []
+        metadata = await_leaders(self.consumer, made, timeout_s)
+        if topic not in metadata:
+            raise Problem(404, "topic_not_found", f"topic {topic!r} does not exist")
+        partitions = [TopicPartition(t, p) for t in new for p in metadata[t].partitions]
         # Every partition's, not only those read here: each may carry the topic's latest seek.
         every = self.consumer.committed(partitions, timeout=timeout_s)
         if topic != self.retry_topic:

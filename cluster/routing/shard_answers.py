@@ -6,6 +6,8 @@ import asyncio
 from concurrent.futures import Future
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from cluster.routing.node import RoutingNode
 from foundation.problem import Problem, leadership_moving
 from revive.service import PopService
@@ -28,6 +30,8 @@ async def shard_answer(future: Future[Any], timeout_s: float = ANSWER_TIMEOUT_S)
         raise busy() from None
     except RuntimeError as error:  # the service stopped leading before it took the call
         raise leadership_moving("not_leader", str(error)) from None
+    except KafkaException as error:  # Kafka did not answer what the shard needed to take it
+        raise Problem(503, "leader_busy", f"Kafka did not answer: {error}") from None
 
 
 def busy() -> Problem:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -39,11 +39,18 @@ def committed(admin: AdminClient, group: str, topic: str, partitions: int) -> di
     asked = ConsumerGroupTopicPartitions(
         group, [TopicPartition(topic, p) for p in range(partitions)]
     )
-    # Stable: a seek's offsets commit in its transaction, visible once its markers are written.
-    answer = admin.list_consumer_group_offsets([asked], require_stable=True)[group].result(
-        timeout=30
-    )
-    return {tp.partition: tp.offset for tp in answer.topic_partitions}
+
+    def stable() -> dict[int, int] | None:
+        # A seek's offsets commit in its transaction: until its markers are written, the broker
+        # answers a partition with UNSTABLE_OFFSET_COMMIT and no offset.
+        answer = admin.list_consumer_group_offsets([asked], require_stable=True)[group].result(
+            timeout=30
+        )
+        if any(tp.error is not None for tp in answer.topic_partitions):
+            return None
+        return {tp.partition: tp.offset for tp in answer.topic_partitions}
+
+    return cast(dict[int, int], wait_for(stable, 30, f"{group}'s stable offsets in {topic}"))
 
 
 def test_a_purge_ends_every_delivery_and_drops_every_retry_wherever_it_waits(
@@ -175,6 +182,9 @@ def test_a_seek_racing_pops_and_acks_hands_out_nothing_from_before_it(
             ended(*feeding)
             ended(*workers)
         assert failures == []
+        # What the feeder left in the producer's queue reaches the broker before the next seek:
+        # anything later is rightly popped.
+        assert producer.flush(30) == 0
         # A backlog buffered in the lanes, some of it leased: all of it before the next seek.
         produce(
             kafka_bootstrap,

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from cluster.routing import pop_router
 from cluster.routing.pop_router import Popped, PopRouter
@@ -35,10 +36,15 @@ def short_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class Shard:
-    """A shard's pop service that answers `messages`, or never (`None`)."""
+    """A shard's pop service that answers `messages`, or `error`, or never (`None`)."""
 
-    def __init__(self, messages: list[dict[str, Any]] | None, known: bool = False) -> None:
-        self.messages, self.known, self.asked = messages, known, 0
+    def __init__(
+        self,
+        messages: list[dict[str, Any]] | None,
+        known: bool = False,
+        error: Exception | None = None,
+    ) -> None:
+        self.messages, self.known, self.error, self.asked = messages, known, error, 0
 
     def service(self) -> PopService:
         service = PopService.__new__(PopService)  # only what the router uses of one
@@ -52,6 +58,8 @@ class Shard:
         answer: Future[list[dict[str, Any]]] = Future()
         if self.messages is not None:
             answer.set_result(self.messages)
+        elif self.error is not None:
+            answer.set_exception(self.error)
         return answer
 
 
@@ -98,6 +106,13 @@ def test_shards_that_all_hang_fail_the_pop_once_the_round_is_over() -> None:
     # records (they were never asked), so they are not asked late either.
     assert ROUND_S <= took_s < ROUND_S + LATE_S
     assert [shard.asked for shard in shards] == [1, 0, 0]
+
+
+def test_a_shard_that_kafka_failed_before_it_took_the_pop_answers_that_it_is_busy() -> None:
+    failed = KafkaException(KafkaError(KafkaError._TIMED_OUT, "metadata not answered"))
+    answer, _ = pop([Shard(None, error=failed)])
+    assert isinstance(answer, Problem) and (answer.status, answer.code) == (503, "leader_busy")
+    assert "metadata not answered" in answer.detail
 
 
 def test_past_the_round_a_shard_whose_lanes_show_records_is_still_asked() -> None:
