@@ -94,6 +94,11 @@ impl Checkpoint {
         }
         self.scan
     }
+    /// Any offset neither settled nor reported expired?
+    fn has_open_lease(&mut self) -> bool {
+        let first = self.first_unsettled();
+        (first..self.size).any(|i| !self.settled.get(i) && !self.reported.get(i))
+    }
     fn heap_bytes(&self) -> usize {
         let offsets = self.offsets.as_ref().map_or(0, |o| o.capacity() * 8);
         let overrides = self.overrides.as_ref().map_or(0, |o| o.capacity() * 24);
@@ -349,10 +354,17 @@ impl Ledger {
         Status::Ok
     }
 
-    /// No lease ends before this (None: none may): a bound, as entries of changed or settled
-    /// leases stay until their time passes.
-    pub fn next_deadline_ms(&self) -> Option<i64> {
-        self.heap.peek().map(|Reverse((deadline, _))| *deadline)
+    /// No lease ends before this (None: none may): a bound, as a changed lease's old entry
+    /// stays until its time passes. Entries of checkpoints with no open lease left go here:
+    /// a shard whose leases were all acked sleeps instead of waking at each old deadline.
+    pub fn next_deadline_ms(&mut self) -> Option<i64> {
+        while let Some(&Reverse((deadline, id))) = self.heap.peek() {
+            if find(&self.live, id).is_some_and(|at| self.live[at].has_open_lease()) {
+                return Some(deadline);
+            }
+            self.heap.pop();
+        }
+        None
     }
 
     /// Unsettled leases due by `now_ms` and not reported before, in deadline order:

@@ -155,7 +155,7 @@ impl PartitionLedger {
         self.ledger.open_leases()
     }
 
-    fn next_deadline_ms(&self) -> Option<i64> {
+    fn next_deadline_ms(&mut self) -> Option<i64> {
         self.ledger.next_deadline_ms()
     }
 

@@ -198,9 +198,22 @@ def test_next_deadline_says_when_a_lease_may_end_next():
     assert ledger.next_deadline_ms() == 500
     assert ledger.expired(500) == [(2, 2, 1)]
     assert ledger.next_deadline_ms() == 2_000
-    assert ledger.expired(2_000) == [(1, 0, 1), (1, 1, 1)]
-    assert ledger.next_deadline_ms() == 3_000  # the old entry of checkpoint 2: a bound
-    assert ledger.expired(3_000) == []
+    assert ledger.change_deadline(1, 1, 4_000, now_ms=600) == "ok"
+    assert ledger.expired(2_000) == [(1, 0, 1)]
+    # Checkpoint 2's first entry (3_000) is passed over: its lease was reported at 500.
+    assert ledger.next_deadline_ms() == 4_000
+    assert ledger.expired(4_000) == [(1, 1, 1)]
+    assert ledger.next_deadline_ms() is None
+
+
+def test_leases_settled_before_their_deadline_wake_nobody_at_it():
+    ledger = PartitionLedger(0)
+    ledger.open_checkpoint(1, [0, 1], [1, 1], 2_000)
+    ledger.open_checkpoint(2, [2], [1], 3_000)
+    assert ledger.change_deadline(2, 2, 5_000, now_ms=100) == "ok"
+    assert [ledger.ack(1, offset, 100) for offset in (0, 1)] == ["acked"] * 2
+    assert ledger.next_deadline_ms() == 3_000  # checkpoint 2's first entry: a bound
+    assert ledger.settle(2, 2, Outcome.REQUEUED) == "ok"
     assert ledger.next_deadline_ms() is None
 
 
