@@ -28,7 +28,6 @@ from typing import Any
 
 import structlog
 from confluent_kafka import Message
-from confluent_kafka.admin import AdminClient
 
 from delay_service import metrics
 from delay_service.buffer_reader import BufferReader, First
@@ -44,7 +43,7 @@ from delay_service.step import Step
 from delay_service.writes import StepWrites
 from foundation.clock import now_ms
 from foundation.config import Settings
-from foundation.kafka_clients import transactional_producer
+from foundation.kafka_clients import LazyAdmin, transactional_producer
 from foundation.producers_in_turn import ProducersInTurn
 from foundation.refusals import RecordsRefused, RefusalUnknown
 from foundation.supervision import LoopHealth, StopRequested
@@ -86,7 +85,7 @@ class DelayLeader:
         self.shard = shard
         self._deps, self._index = deps, deps.index
         self._holds_store = False  # the shard's store, taken at the start (`shard_store`)
-        self._admin = AdminClient(deps.client_config)  # asks a refusing topic for its limit
+        self._admin = LazyAdmin(deps.client_config)  # targets' existence, a refusing topic's limit
         self._health = health
         self._buffer, self._inbox = settings.buffer_topic, settings.state_topic("delay-inbox")
         self._election = settings.state_topic("leader")  # one partition per shard
@@ -274,7 +273,7 @@ class DelayLeader:
     def _redo_without(self, refusal: RecordsRefused, first: First, step: Step) -> None:
         """The broker refused some records: rewind the step; the next one settles them."""
         blamed, smaller = refusal.judge(
-            lambda topic: message_limit_of(self._admin, topic, self._timeout_s),
+            lambda topic: message_limit_of(self._admin.client(), topic, self._timeout_s),
             self._producer_config["batch.size"],
         )
         log.warning(

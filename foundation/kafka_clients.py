@@ -81,6 +81,23 @@ def admin_client(settings: Settings) -> AdminClient:
     return AdminClient(base_config(settings))
 
 
+class LazyAdmin:
+    """An admin client made on its first use: a role that asks rarely (whether a target
+    exists, a refusing topic's limit) holds no client, nor its threads, until it asks."""
+
+    def __init__(self, client_config: dict[str, Any]) -> None:
+        self._config = client_config
+        self._admin: AdminClient | None = None
+
+    def client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self._config)
+        return self._admin
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> Any:
+        return self.client().list_topics(*args, **kwargs)
+
+
 def transactional_producer(producer_config: dict[str, Any], transactional_id: str) -> Producer:
     """The leader's writer: one fixed id per role, so a new leader fences the old one."""
     return Producer(

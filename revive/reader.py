@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from foundation.kafka_clients import consume_ready, state_consumer
 from revive.source_record import SourceRecord
@@ -25,10 +25,17 @@ GONE = frozenset(
 
 class OffsetReader:
     def __init__(self, client_config: dict[str, Any], timeout_s: float) -> None:
-        self._consumer = state_consumer(
-            client_config, "kpd-offset-reader", **{"fetch.wait.max.ms": 5}
-        )  # assign() only, never commits
-        self._timeout_s = timeout_s
+        self._config, self._timeout_s = client_config, timeout_s
+        # Made on the first copy: a shard whose messages are all acked holds no client for it.
+        self._made: Consumer | None = None
+
+    @property
+    def _consumer(self) -> Consumer:
+        if self._made is None:  # assign() only, never commits
+            self._made = state_consumer(
+                self._config, "kpd-offset-reader", **{"fetch.wait.max.ms": 5}
+            )
+        return self._made
 
     def read(self, wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], SourceRecord]:
         """Records at (topic, partition, offset); ones that no longer exist are left out."""
@@ -67,4 +74,5 @@ class OffsetReader:
         return {offset for offset in offsets if low <= offset < high}
 
     def close(self) -> None:
-        self._consumer.close()
+        if self._made is not None:
+            self._made.close()
