@@ -17,7 +17,8 @@ One `kpd run` with kpd's defaults (8 shards, one worker per core), one user topi
     trickle (commit_sync after each poll), after the sidecar stopped.
 Before the phases, the pop trickle runs uncounted until the broker's JIT compiler is quiet
 (`bench/broker_jit.py`, `--warm-up-s`): a fresh broker compiles for minutes under its first load.
-Each line gives kpd's cores, the broker's, and the broker's above its own idle.
+Each line gives kpd's cores and how often its threads woke, the broker's cores, and the broker's
+above its own idle.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class Meter:
     def __init__(self, sidecar: Sidecar | None, broker: int) -> None:
         self._sidecar, self._broker = sidecar, broker
         self._kpd0 = sidecar.cpu_s() if sidecar is not None else 0.0
+        self._wakes0 = sidecar.wakes() if sidecar is not None else 0
         self._broker0, self._wall0 = process_cpu_s(broker), time.monotonic()
         self._jit0 = broker_jit.compiler_cpu_s(broker)
 
@@ -108,6 +110,12 @@ class Meter:
         wall = time.monotonic() - self._wall0
         kpd = (self._sidecar.cpu_s() - self._kpd0) if self._sidecar is not None else 0.0
         return kpd / wall, (process_cpu_s(self._broker) - self._broker0) / wall, wall
+
+    def wakes_per_s(self) -> float:
+        """How often kpd's threads woke per second since the meter was made."""
+        if self._sidecar is None:
+            return 0.0
+        return (self._sidecar.wakes() - self._wakes0) / (time.monotonic() - self._wall0)
 
     def jit_cores(self) -> float:
         """The broker's JIT compiler's share of its cores (a fresh broker compiles for minutes)."""
@@ -126,8 +134,9 @@ def measured(
     while time.monotonic() < meter._wall0 + seconds:
         time.sleep(0.1)
     kpd, broker_cores, wall = meter.cores()
+    wakes = f" ({meter.wakes_per_s():.0f} wakes/s)" if sidecar is not None else ""
     print(
-        f"{name:14s} kpd {kpd:.4f} cores, broker {broker_cores:.4f} "
+        f"{name:14s} kpd {kpd:.4f} cores{wakes}, broker {broker_cores:.4f} "
         f"(+{broker_cores - alone:.4f} over its own idle; its JIT {meter.jit_cores():.4f}) "
         f"in {wall:.0f} s{extra}"
     )

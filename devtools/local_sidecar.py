@@ -160,6 +160,12 @@ class SidecarProcess:
         assert self.process is not None
         return sum(process_cpu_s(pid) for pid in [self.process.pid, *self.worker_pids()])
 
+    def wakes(self) -> int:
+        """Context switches so far of the live threads of the supervisor and its workers: how
+        often they woke, a count a busy machine does not blur as it does CPU time."""
+        assert self.process is not None
+        return sum(thread_wakes(pid) for pid in [self.process.pid, *self.worker_pids()])
+
     def rss_mb(self) -> float:
         """Resident memory of the supervisor and its workers together."""
         assert self.process is not None
@@ -181,6 +187,17 @@ def broker_pid() -> int:
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process so far (all its threads), from /proc."""
     return _stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def thread_wakes(pid: int) -> int:
+    """Voluntary and involuntary context switches so far of the live threads of `pid`."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    return total
 
 
 def thread_cpu_s(pid: int, name_prefixes: tuple[str, ...]) -> float:
