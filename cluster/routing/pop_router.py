@@ -36,6 +36,7 @@ from revive.service import PopService
 
 WATCH = "x-kpd-watch"  # a peer's long poll that only asks "are there records?"
 WATCH_S = 20.0  # how long a watch waits at the owner (the longest pop wait)
+WATCH_RETRY_S = 1.0  # the next watch of an owner whose watch failed waits out the rest of this
 # Records that come while this worker's own clients pop the (group, topic) are theirs for this
 # long before a peer's watch is told of them: a parked client here takes one in about a
 # millisecond, and a peer told of it would only send a pop too late to find it.
@@ -60,6 +61,7 @@ class PopRouter:
         self._node = node
         self.turns = PopTurns()
         self._watches: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        self._failed_watches: dict[tuple[str, str, str], float] = {}  # when each last failed
         # (group, topic, retry topic, their partition counts) -> the shards of their lanes
         self._lane_shards: dict[tuple[str, str, str, int, int], list[int]] = {}
 
@@ -259,15 +261,36 @@ class PopRouter:
         key = (url, group, topic)
         task = self._watches.get(key)
         if task is None:
-            task = self._watches[key] = asyncio.ensure_future(self._watched(url, group, topic))
-            task.add_done_callback(lambda _: self._watches.pop(key, None))
+            failed_at = self._failed_watches.pop(key, None)
+            pause_s = 0.0 if failed_at is None else failed_at + WATCH_RETRY_S - time.monotonic()
+            watched = self._watched(url, group, topic, pause_s)
+            task = self._watches[key] = asyncio.ensure_future(watched)
+            task.add_done_callback(lambda done: self._watch_ended(key, done))
         return task
 
-    async def _watched(self, url: str, group: str, topic: str) -> None:
+    async def _watched(self, url: str, group: str, topic: str, pause_s: float) -> None:
+        if pause_s > 0:
+            # The last watch failed: each failed watch ends the parks it served, which ask the
+            # owner and park again. An owner that answered pops but not watches was asked
+            # thousands of times a second.
+            await asyncio.sleep(pause_s)
         body = {"max_messages": 1, "wait_ms": int(WATCH_S * 1000)}
         path = pop_path(group, topic)
         answer = await forward(self._node, "watch", url, path, body, {WATCH: "1"}, wait_s=WATCH_S)
         self.turns.heard(url, group, topic, answer)
+
+    def _watch_ended(self, key: tuple[str, str, str], task: asyncio.Task[None]) -> None:
+        """A watch that failed (its owner gone or restarting) ends the parks it served, and the
+        next call to that owner tells their callers why: its error is taken here, not left for
+        asyncio to log as "never retrieved"."""
+        self._watches.pop(key, None)
+        if task.cancelled() or task.exception() is None:
+            return
+        now = time.monotonic()
+        self._failed_watches = {
+            k: at for k, at in self._failed_watches.items() if now - at < WATCH_RETRY_S
+        }
+        self._failed_watches[key] = now
 
 
 def pop_path(group: str, topic: str) -> str:

@@ -9,7 +9,9 @@ clock, not a shard (the real ones are in `tests/integration/test_shards.py`)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+from collections import Counter
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -19,6 +21,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from cluster.routing import pop_router
+from cluster.routing.availability import Availability
 from cluster.routing.pop_router import Popped, PopRouter
 from foundation.config import Settings
 from foundation.problem import Problem
@@ -70,16 +73,19 @@ def pop(shards: list[Shard]) -> tuple[list[dict[str, Any]] | Problem, float]:
     return timed(router.pop("g", TOPIC, 10, 30_000, wait_ms=0, local=False))
 
 
-def node_of(shards: list[Shard]) -> Any:
+def node_of(shards: list[Shard], owners: dict[int, str] | None = None) -> Any:
+    """A worker leading `shards` (shard i serves partition i); `owners`: shards led elsewhere."""
     services = {i: shard.service() for i, shard in enumerate(shards)}
+    count = len(shards) + len(owners or {})
     return SimpleNamespace(
         settings=Settings(node_id="a-0"),
         shard_map=SimpleNamespace(of_lane=lambda group, topic, partition: partition),
         topic_cache=SimpleNamespace(known=lambda topic: True),
-        partitions=lambda topic: len(shards) if topic == TOPIC else 0,
-        routes=dict,
+        partitions=lambda topic: count if topic == TOPIC else 0,
+        routes=lambda: dict(owners or {}),
         pop_service=services.get,
         url="http://a:9000",
+        availability=Availability(),
     )
 
 
@@ -129,6 +135,40 @@ def test_late_asks_are_bounded_together() -> None:
     assert isinstance(answer, Problem) and answer.code == "leader_busy"
     assert ROUND_S + LATE_S <= took_s < ROUND_S + 2 * LATE_S
     assert [shard.asked for shard in shards] == [1, 1, 0]
+
+
+def test_an_owner_that_cannot_be_watched_is_asked_again_after_a_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A parked pop watches the owner of the one shard, led elsewhere; the owner answers pops
+    (empty) but every watch fails. The pop asks it again once per failed watch, each watch
+    after the first WATCH_RETRY_S after the last failed (not thousands of times a second),
+    answers empty at its wait's end, and leaves asyncio no task whose error nobody took."""
+    monkeypatch.setattr(pop_router, "WATCH_RETRY_S", 0.05)
+    calls: Counter[str] = Counter()
+
+    async def unwatchable(node: Any, call: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls[call] += 1
+        if call == "watch":
+            raise Problem(503, "leader_starting", "the owner's shard starts")
+        return {"messages": []}
+
+    monkeypatch.setattr(pop_router, "forward", unwatchable)
+    unhandled: list[dict[str, Any]] = []
+
+    async def parked_pop() -> Popped:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: unhandled.append(context)
+        )
+        router = PopRouter(node_of([], owners={0: "http://b:9000"}))
+        popped = await router.pop("g", TOPIC, 10, 30_000, wait_ms=300, local=False)
+        gc.collect()  # a task's unretrieved error is reported when the task is collected
+        await asyncio.sleep(0)
+        return popped
+
+    assert asyncio.run(parked_pop()).messages == []
+    assert 3 <= calls["watch"] <= 7 and calls["pop"] == calls["watch"] + 1
+    assert unhandled == []
 
 
 def test_a_peers_watch_asks_the_shards_that_must_read_the_group_together() -> None:
