@@ -30,8 +30,7 @@ def create(admin: AdminClient, settings: Settings, args: argparse.Namespace) -> 
         config=config,
     )
     admin.create_topics([new], request_timeout=timeout_s)[name].result(timeout=timeout_s)
-    await_leaders(admin, [name], timeout_s)
-    partitions = admin.list_topics(topic=name, timeout=timeout_s).topics[name].partitions
+    partitions = await_leaders(admin, [name], timeout_s)[name].partitions
     replicas = len(next(iter(partitions.values())).replicas)
     print_rows(
         [{"topic": name, "partitions": len(partitions), "replication": replicas}], args.json, ""
