@@ -52,7 +52,12 @@ def session_topics(admin: AdminClient) -> set[str]:
 SHARED_BROKER = pytest.StashKey[tuple[ExitStack, str]]()
 # Tests kept on one worker: those sharing a module-scoped sidecar, and Spark's (one JVM).
 SPARK_TESTS = ROOT / "tests" / "spark"
-ONE_WORKER_MODULES = ("test_hostile_input.py", "test_compose.py")
+ONE_WORKER_MODULES = (
+    "test_hostile_input.py",
+    "test_compose.py",
+    "test_delay_http.py",
+    "test_http_guards.py",
+)
 
 
 def _distributing(config: pytest.Config) -> bool:
@@ -83,14 +88,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): run on the worker of this group")
 
 
+def group_of(path: Path) -> str | None:
+    """The xdist group of a test file's tests, if they must share a worker."""
+    if path.is_relative_to(SPARK_TESTS):
+        return "spark"
+    return path.stem if path.name in ONE_WORKER_MODULES else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group the tests that must share a worker (`--dist loadgroup`)."""
     for item in items:
-        path = Path(item.path)
-        if path.is_relative_to(SPARK_TESTS):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-        elif path.name in ONE_WORKER_MODULES:
-            item.add_marker(pytest.mark.xdist_group(path.stem))
+        group = group_of(Path(item.path))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Stop at once if xdist dropped the groups from the test ids, as pytest-xdist 3.8 does
+    silently under pytest 9.2 (pytest-xdist#1386): grouped tests would run on every worker."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    lost = [i for i in ids if "@" not in i and group_of(ROOT / i.split("::")[0]) is not None]
+    if lost:
+        pytest.exit(f"pytest-xdist ignored the groups of {len(lost)} tests: {lost[:3]}", 3)
 
 
 @pytest.fixture(scope="session")
@@ -160,22 +182,22 @@ class SidecarUnderTest(SidecarProcess):
         return f"{self.env['KPD_STATE_TOPIC_PREFIX']}dlq.{group}"
 
 
-@pytest.fixture
-def sidecar_factory(
-    kafka_bootstrap: str, tmp_path: Path, topic_cleanup: TopicCleanup
+def _sidecars(
+    bootstrap_default: str, base: Path, cleanup: TopicCleanup
 ) -> Iterator[Callable[..., SidecarUnderTest]]:
-    """Make sidecars with their own topics (one namespace per test) and data dirs."""
+    """Make sidecars with their own topics (one namespace per fixture) and data dirs under
+    `base`; kill them when done and fail on a native crash in their logs."""
     namespace = unique("kpdtest")
-    topic_cleanup.prefixes.add(f"{namespace}.")
+    cleanup.prefixes.add(f"{namespace}.")
     started: list[SidecarUnderTest] = []
     replication = topic_replication_from_env(os.environ)
 
     def make(node_id: str = "a", **settings: str) -> SidecarUnderTest:
-        bootstrap = settings.pop("bootstrap", kafka_bootstrap)
-        if bootstrap == kafka_bootstrap and replication != -1:
+        bootstrap = settings.pop("bootstrap", bootstrap_default)
+        if bootstrap == bootstrap_default and replication != -1:
             settings.setdefault("topic_replication", str(replication))
-        env = isolated_env(bootstrap, node_id, tmp_path / node_id, namespace, **settings)
-        sidecar = SidecarUnderTest(env, tmp_path / f"{node_id}.log")
+        env = isolated_env(bootstrap, node_id, base / node_id, namespace, **settings)
+        sidecar = SidecarUnderTest(env, base / f"{node_id}.log")
         started.append(sidecar)
         return sidecar
 
@@ -187,6 +209,26 @@ def sidecar_factory(
     crashed = {node: lines for node, lines in crashed.items() if lines}
     if crashed:  # `kpd run` restarts a crashed worker: only its log tells
         pytest.fail(f"a sidecar worker crashed in native code: {crashed}")
+
+
+@pytest.fixture
+def sidecar_factory(
+    kafka_bootstrap: str, tmp_path: Path, topic_cleanup: TopicCleanup
+) -> Iterator[Callable[..., SidecarUnderTest]]:
+    """Make sidecars with their own topics (one namespace per test) and data dirs."""
+    yield from _sidecars(kafka_bootstrap, tmp_path, topic_cleanup)
+
+
+@pytest.fixture(scope="module")
+def module_sidecar_factory(
+    kafka_bootstrap: str, admin: AdminClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., SidecarUnderTest]]:
+    """`sidecar_factory` for sidecars a module's tests share (a sidecar start costs a second of
+    CPU); their topics go when the module ends. A module using it is kept on one xdist worker
+    (`ONE_WORKER_MODULES`), else each worker would start its own."""
+    cleanup = TopicCleanup(admin)
+    yield from _sidecars(kafka_bootstrap, tmp_path_factory.mktemp("shared"), cleanup)
+    cleanup.delete_all()
 
 
 # What a worker's native crash leaves in its log: an assertion or fatal error of librdkafka or

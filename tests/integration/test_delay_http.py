@@ -13,9 +13,10 @@ PROBLEM = "application/problem+json"
 MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000  # the default
 
 
-@pytest.fixture
-def sidecar(sidecar_factory):
-    return sidecar_factory("a", max_request_bytes="65536", max_record_bytes="1024").start()
+@pytest.fixture(scope="module")
+def sidecar(module_sidecar_factory):
+    """One sidecar for the module: each test calls it with topics of its own."""
+    return module_sidecar_factory("a", max_request_bytes="65536", max_record_bytes="1024").start()
 
 
 def _problem(response: httpx.Response, status: int, code: str) -> dict:

@@ -175,9 +175,10 @@ SLOW = {
 }
 
 
-@pytest.fixture
-def guarded(sidecar_factory):
-    return sidecar_factory("a", **SLOW).start()
+@pytest.fixture(scope="module")
+def guarded(module_sidecar_factory):
+    """One sidecar for the module's tests of slow and idle connections."""
+    return module_sidecar_factory("a", **SLOW).start()
 
 
 def test_slow_heads_are_cut_off_and_others_are_served(guarded):
