@@ -57,6 +57,7 @@ ONE_WORKER_MODULES = (
     "test_compose.py",
     "test_delay_http.py",
     "test_http_guards.py",
+    "test_cli.py",
 )
 
 

@@ -53,9 +53,10 @@ def expect(result: subprocess.CompletedProcess[str], code: int) -> subprocess.Co
     return result
 
 
-@pytest.fixture
-def sidecar(sidecar_factory):
-    return sidecar_factory("a").start()
+@pytest.fixture(scope="module")
+def sidecar(module_sidecar_factory):
+    """One sidecar for the module's tests that need no settings of their own."""
+    return module_sidecar_factory("a").start()
 
 
 def test_produce_now_with_key_and_headers_reaches_the_topic(
