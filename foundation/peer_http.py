@@ -69,7 +69,7 @@ class PeerHttp:
         try:
             async with asyncio.timeout(timeout_s):
                 reader, writer = connection
-                writer.write(head + body)
+                _write(writer, head + body)
                 await writer.drain()
                 answer, reusable = await _answer(reader)
         except (OSError, EOFError, ValueError, TimeoutError, asyncio.LimitOverrunError) as error:
@@ -113,6 +113,15 @@ class PeerHttp:
             parts = urlsplit(url)
             address = self._addresses[url] = (parts.hostname or "", parts.port or 80)
         return address
+
+
+def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """uvloop raises RuntimeError for a write on a connection its peer has reset, even where
+    `is_closing()` said it was open: that is a connection lost, as for any other loop."""
+    try:
+        writer.write(data)
+    except RuntimeError as error:
+        raise ConnectionResetError(str(error)) from None
 
 
 def _head(method: str, path: str, url: str, headers: dict[str, str], length: int | None) -> bytes:

@@ -128,6 +128,27 @@ def test_calls_at_once_take_a_connection_each_and_give_them_back() -> None:
     run(test)
 
 
+def test_a_pooled_connection_the_loop_finds_closed_at_the_write_fails_only_that_call() -> None:
+    """uvloop raises RuntimeError when writing to a connection its peer reset, though its
+    `is_closing()` said open (seen when a sidecar was killed): the call fails as PeerFailed,
+    which a forward answers as leadership moving, and the next call takes a new connection."""
+
+    def reset(data: bytes) -> None:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+
+    async def test(client: PeerHttp) -> None:
+        async with peer(lambda head, body: OK) as server:
+            await client.request("GET", server.url, "/")
+            (_, writer), _ = client._pools[server.url][-1]
+            writer.write = reset  # type: ignore[method-assign]
+            with pytest.raises(PeerFailed, match="ConnectionResetError"):
+                await client.request("GET", server.url, "/")
+            assert (await client.request("GET", server.url, "/")).status_code == 200
+            assert server.connections == 2
+
+    run(test)
+
+
 def test_an_answer_that_closes_its_connection_is_not_reused() -> None:
     closing = OK.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n", 1)
 
