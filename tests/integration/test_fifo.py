@@ -110,13 +110,6 @@ def test_eight_workers_with_nacks_expiries_and_a_killed_sidecar_keep_each_key_in
     total = sum(map(len, produced.values()))
 
     def work(seed: int) -> None:
-        try:
-            take_turns(seed)
-        except Exception as error:  # a call that failed for good: the test fails with it
-            with lock:
-                violations.append(("a worker's call failed", repr(error)))
-
-    def take_turns(seed: int) -> None:
         rng = random.Random(seed)
         with KpdClient([a.url, b.url], retry_deadline_s=60) as kpd:
             while not stop.is_set():
