@@ -63,6 +63,9 @@ class GroupFetcher:
         # The latest seek of each origin topic (`revive.seek_stamps`): older retry copies of
         # its messages are dropped unread.
         self.seek_stamps: dict[str, int] = {}
+        # Set when such copies were dropped: no step settles them, so the group's offsets must be
+        # sent for them to pass (`GroupFetchers.take_skipping`).
+        self.skipped = False
         self._lanes: dict[LaneKey, deque[Fetched]] = {}
         self._by_origin: dict[str, list[LaneKey]] = {}  # origin topic -> its lanes
         self._pauses = FetchPauses(self.consumer)
@@ -189,7 +192,9 @@ class GroupFetcher:
                 run = [pair for pair in run if pair[0].offset > floor]
             stamp = self.seek_stamps.get(origin, 0)
             if stamp and "/" in lane:  # retry copies made before the origin's latest seek
+                read = len(run)
                 run = [pair for pair in run if not seek_stamps.made_before(pair[0], stamp)]
+                self.skipped |= len(run) < read
             if not run:
                 continue
             fetched = self._lanes.get(key)

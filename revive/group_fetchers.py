@@ -175,6 +175,14 @@ class GroupFetchers:
             on_available(group, topic)
         return bool(arrived)
 
+    def take_skipping(self) -> set[str]:
+        """The groups whose fetchers dropped retry copies made before a seek since the last
+        call: their offsets may move with no step touching them."""
+        skipping = {group for group, fetcher in self.by_group.items() if fetcher.skipped}
+        for group in skipping:
+            self.by_group[group].skipped = False
+        return skipping
+
     def deleted_topics(self) -> dict[str, set[str]]:
         """The fetched topics deleted meanwhile, by group: one metadata request per fetched topic
         (however many groups pop it)."""

@@ -219,7 +219,7 @@ class PopService:
         for future, answer in step.answers:
             future.set_result(answer)
         self._fetchers.look_at_ordered(self._deps.on_available)
-        self._offsets.touch(step.groups)
+        self._offsets.touch(step.groups | self._fetchers.take_skipping())
         if step.txn.used:
             self._wakes.floors_may_move()
         if unsent or self._offsets.due():

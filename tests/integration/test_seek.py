@@ -62,7 +62,8 @@ def test_a_purge_ends_every_delivery_and_drops_every_retry_wherever_it_waits(
     with KpdClient(sidecar.url) as kpd:
         popped = {m.value: m for m in pop_until(kpd, group, topic, 4)}
         assert sorted(popped) == [b"a0", b"a1", b"a2", b"b0"]
-        nacks = kpd.nack(group, [popped[b"a0"].receipt, popped[b"b0"].receipt])
+        # At once: with the group's first backoff (10 s) these would be due with a1's below.
+        nacks = kpd.nack(group, [popped[b"a0"].receipt, popped[b"b0"].receipt], delay_ms=0)
         assert statuses(nacks) == ["requeued"] * 2
         # A later retry waits in the delay service meanwhile.
         assert statuses(kpd.nack(group, [popped[b"a1"].receipt], delay_ms=10_000)) == ["requeued"]
@@ -220,7 +221,7 @@ def test_a_seek_taken_by_one_sidecar_moves_the_shards_the_other_leads(
     with KpdClient(a.url) as on_a, KpdClient(b.url) as on_b:
         leased = pop_until(on_a, group, topic, 12)
         assert len(leased) == 12
-        requeued = on_a.nack(group, [m.receipt for m in leased if m.offset == 0])
+        requeued = on_a.nack(group, [m.receipt for m in leased if m.offset == 0], delay_ms=0)
         assert statuses(requeued) == ["requeued"] * 4
         retried = pop_until(on_a, group, topic, 4)  # the copies, in the retry lanes of both
         assert sorted(m.delivery_count for m in retried) == [2] * 4
