@@ -6,9 +6,11 @@ one. Free (the shard's last holder was another sidecar, or a worker of this one 
 store is taken as it is and read on from where its last writer left it. Held by another worker of
 this sidecar, it is that worker's standby, which lets the shard go once the role has claimed it
 (`foundation.store_claims`; within a reconcile, 0.1 s, and the standby's restart), or that
-worker's delay role handing the shard over, which delivers until fenced. The new role waits a
-while for the store without fencing anyone, so that the shard's old owner, wherever it is,
-delivers meanwhile; then it fences, which ends a handing over role here and frees its store. A
+worker's delay role handing the shard over, which delivers until fenced. Such a role claims the
+shard too, so the new role fences it at once: waiting would gain nothing, as no reading can start
+before the store is free. Held without such a claim (a standby), the store is waited for a while
+without fencing anyone, so that the shard's old owner, wherever it is, delivers meanwhile; then
+the role fences, which ends a delay role still handing over here and frees its store. A
 holder that does not let go even then is stopped (SIGSTOP, a hung machine) and may never: the
 role then rebuilds the shard's index from Kafka in a store of its own, as a worker of another
 sidecar would (docs/principles.md, 1).
@@ -64,10 +66,13 @@ def _taken(
     unfenced_s, fenced_s = waits_s
     if _acquired(stores, shard, 0.0, beat):
         return False
-    log.info("shard's store held by another worker; waiting for it", shard=shard)
-    if _acquired(stores, shard, unfenced_s, beat):
-        return False
-    log.info("shard's store still held by another worker; fencing", shard=shard)
+    if shard in stores.claims.elsewhere():  # a sibling's delay role: it lets go once fenced
+        log.info("shard's store held by a sibling's delay role; fencing", shard=shard)
+    else:
+        log.info("shard's store held by another worker; waiting for it", shard=shard)
+        if _acquired(stores, shard, unfenced_s, beat):
+            return False
+        log.info("shard's store still held by another worker; fencing", shard=shard)
     fence()
     if _acquired(stores, shard, fenced_s, beat):
         return True

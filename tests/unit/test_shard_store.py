@@ -4,6 +4,7 @@ two `ShardStores` over one folder stand for the two workers)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -82,18 +83,33 @@ def test_a_role_given_away_while_it_waits_drops_its_claim(tmp_path: Path) -> Non
     standby.close()
 
 
-def test_a_handing_over_role_is_fenced_and_then_its_store_taken(tmp_path: Path) -> None:
+@pytest.mark.parametrize("claimed", [True, False], ids=["claimed", "unclaimed"])
+def test_a_handing_over_role_is_fenced_and_then_its_store_taken(
+    tmp_path: Path, claimed: bool
+) -> None:
     """A sibling's delay role handing the shard over delivers until fenced, and lets its store
-    go only then."""
+    go only then. It claims the shard (here as a process of its own), so it is fenced at once;
+    a holder with no claim is first given the unfenced wait."""
     old, new = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
     old.acquire(0)
     put(old, 0, b"delivered until fenced")
+    sibling = subprocess.Popen(["sleep", "60"])
+    if claimed:
+        (tmp_path / "claims" / f"0.{sibling.pid}").touch()
+    fenced: list[float] = []
 
     def fence() -> None:
+        fenced.append(time.monotonic())
         threading.Timer(0.1, old.release, (0,)).start()  # the fenced role ends, and closes
 
     rebuilt = metrics.STORES_REBUILT._value.get()
-    assert take_store(new, 0, fence, lambda: None, WAITS_S) is True
+    started = time.monotonic()
+    try:
+        assert take_store(new, 0, fence, lambda: None, (1.0, 1.0)) is True
+    finally:
+        sibling.kill()
+        sibling.wait()
+    assert (fenced[0] - started < 0.5) is claimed
     assert new.of(0).get("x", b"k") == b"delivered until fenced"
     assert metrics.STORES_REBUILT._value.get() == rebuilt
     new.close()
