@@ -30,7 +30,6 @@ log = structlog.get_logger(__name__)
 # sidecar's workers and the sidecar's own address (`Owners` orders the ring of members by them).
 CLIENT_PREFIX = "kpd-member "
 POLL_S = 0.25  # a poll serves the group's callbacks as they come; this bounds a pause or a stop
-HEARTBEAT_MAX_MS = 1_500  # the heartbeat of the default 6 s session
 
 
 @dataclass(frozen=True)
@@ -62,13 +61,6 @@ def member_of(member_id: str, client: str, shards: frozenset[int]) -> Member | N
     return Member(member_id, url, shards, 0, url)
 
 
-def heartbeat_interval_ms(session_timeout_ms: int) -> int:
-    """A quarter of the session, at most `HEARTBEAT_MAX_MS`: a member hears of a rebalance with
-    its next heartbeat, and a shard's move takes two rounds, so a long session (a member allowed
-    a long silence) must not make every move slow."""
-    return max(100, min(HEARTBEAT_MAX_MS, session_timeout_ms // 4))
-
-
 class Membership:
     """Keeps this worker in the group; `owned` is the set of shards it leads right now."""
 
@@ -89,7 +81,7 @@ class Membership:
                 "client.id": client_id(advertised_url, *place),
                 "group.id": topic,
                 "session.timeout.ms": session_timeout_ms,
-                "heartbeat.interval.ms": heartbeat_interval_ms(session_timeout_ms),
+                "heartbeat.interval.ms": max(100, session_timeout_ms // 4),
                 "enable.auto.commit": False,
                 # Sticky: a worker joining takes shards over without stopping the others.
                 "partition.assignment.strategy": "cooperative-sticky",

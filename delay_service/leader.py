@@ -85,6 +85,7 @@ class DelayLeader:
         self.shard = shard
         self._deps, self._index = deps, deps.index
         self._holds_store = False  # the shard's store, taken at the start (`shard_store`)
+        self._fenced = False  # its producers' transactions initialised
         self._admin = LazyAdmin(deps.client_config)  # targets' existence, a refusing topic's limit
         self._health = health
         self._buffer, self._inbox = settings.buffer_topic, settings.state_topic("delay-inbox")
@@ -165,7 +166,12 @@ class DelayLeader:
         )
 
     def _fence(self) -> None:
-        self._producers.init_transactions(self._timeout_s)
+        """Fence the shard's other writers; called again (`take_store`), with new epochs."""
+        if self._fenced:
+            self._producers.renew(self._timeout_s)
+        else:
+            self._producers.init_transactions(self._timeout_s)
+            self._fenced = True
 
     def _beat_unless_released(self) -> None:
         """A beat for the reading before the fence: the shard given away meanwhile (`hand_over`

@@ -30,6 +30,7 @@ log = structlog.get_logger(__name__)
 
 UNFENCED_WAIT_S = 3.0  # a standby lets go of a claimed store within a reconcile and a restart
 HOLDER_RELEASE_S = 5.0  # a fenced delay role ends within a fence probe (0.5 s) and a reconcile
+REFENCE_S = 1.0
 RETRY_S = 0.05
 
 
@@ -41,7 +42,8 @@ def take_store(
     waits_s: tuple[float, float] = (UNFENCED_WAIT_S, HOLDER_RELEASE_S),
 ) -> bool:
     """Hold the shard's store for its delay role, claimed (`foundation.store_claims`; the role
-    drops the claim when it lets the store go); True if `fence()` was called to free it."""
+    drops the claim when it lets the store go); True if `fence()` was called to free it. Each
+    call of `fence()` fences anew (new epochs)."""
     stores.claims.claim(shard)  # a sibling's standby holding the store lets it go
     try:
         return _taken(stores, shard, fence, beat, waits_s)
@@ -73,8 +75,7 @@ def _taken(
         if _acquired(stores, shard, unfenced_s, beat):
             return False
         log.info("shard's store still held by another worker; fencing", shard=shard)
-    fence()
-    if _acquired(stores, shard, fenced_s, beat):
+    if _fenced_free(stores, shard, fence, beat, fenced_s):
         return True
     log.warning(
         "shard's store still held; rebuilding its index from Kafka", shard=shard, waited_s=fenced_s
@@ -82,6 +83,25 @@ def _taken(
     metrics.STORES_REBUILT.inc()
     stores.acquire_private(shard)
     return True
+
+
+def _fenced_free(
+    stores: ShardStores,
+    shard: int,
+    fence: Callable[[], None],
+    beat: Callable[[], None],
+    wait_s: float,
+) -> bool:
+    """Fence, and again every `REFENCE_S` while the store stays held, until it is free or
+    `wait_s` passed: a sibling's role still starting fences the shard itself, maybe after this
+    role did, and then hands over, delivering until fenced again."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        fence()
+        if _acquired(stores, shard, min(REFENCE_S, max(0.0, deadline - time.monotonic())), beat):
+            return True
+        if time.monotonic() >= deadline:
+            return False
 
 
 def _acquired(stores: ShardStores, shard: int, wait_s: float, beat: Callable[[], None]) -> bool:

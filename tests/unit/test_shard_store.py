@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from delay_service import metrics
-from delay_service.shard_store import give_back_store, take_store
+from delay_service.shard_store import REFENCE_S, give_back_store, take_store
 from foundation.store import ShardStores
 from foundation.supervision import StopRequested
 
@@ -111,6 +111,35 @@ def test_a_handing_over_role_is_fenced_and_then_its_store_taken(
         sibling.wait()
     assert (fenced[0] - started < 0.5) is claimed
     assert new.of(0).get("x", b"k") == b"delivered until fenced"
+    assert metrics.STORES_REBUILT._value.get() == rebuilt
+    new.close()
+    old.close()
+
+
+def test_a_sibling_that_fences_after_this_role_is_fenced_again(tmp_path: Path) -> None:
+    """A sibling's role still starting when this one fences it fences the shard itself, after
+    this role, and then hands over: it lets go only at this role's next fence, within
+    `REFENCE_S`, and no store is rebuilt."""
+    old, new = ShardStores(tmp_path, ["x"]), ShardStores(tmp_path, ["x"])
+    old.acquire(0)
+    put(old, 0, b"fenced twice")
+    sibling = subprocess.Popen(["sleep", "60"])
+    (tmp_path / "claims" / f"0.{sibling.pid}").touch()
+    fenced: list[float] = []
+
+    def fence() -> None:  # the first fence is undone by the sibling's own
+        fenced.append(time.monotonic())
+        if len(fenced) == 2:
+            threading.Timer(0.1, old.release, (0,)).start()
+
+    rebuilt = metrics.STORES_REBUILT._value.get()
+    try:
+        assert take_store(new, 0, fence, lambda: None, (0.4, REFENCE_S + 2)) is True
+    finally:
+        sibling.kill()
+        sibling.wait()
+    assert len(fenced) == 2 and REFENCE_S <= fenced[1] - fenced[0] < REFENCE_S + 0.5
+    assert new.of(0).get("x", b"k") == b"fenced twice"
     assert metrics.STORES_REBUILT._value.get() == rebuilt
     new.close()
     old.close()
