@@ -13,15 +13,25 @@ import sys
 from confluent_kafka import Producer
 
 PROBE = """
-import json, sys
+import json, sys, time
 from pathlib import Path
 
 from foundation.kafka_clients import LazyAdmin
 from revive.reader import OffsetReader
 
-def clients():
+def main_threads():
     tasks = Path("/proc/self/task").iterdir()
     return sum((t / "comm").read_text().strip() == "rdk:main" for t in tasks)
+
+def clients():
+    # A thread rdk:main has just started (a broker's) bears its name until it names itself:
+    # counted once two looks 50 ms apart agree.
+    seen = main_threads()
+    while True:
+        time.sleep(0.05)
+        if (now := main_threads()) == seen:
+            return now
+        seen = now
 
 config, topic = {"bootstrap.servers": sys.argv[1]}, sys.argv[2]
 counts = {"start": clients()}
