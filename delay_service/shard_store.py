@@ -30,7 +30,7 @@ log = structlog.get_logger(__name__)
 
 UNFENCED_WAIT_S = 3.0  # a standby lets go of a claimed store within a reconcile and a restart
 HOLDER_RELEASE_S = 5.0  # a fenced delay role ends within a fence probe (0.5 s) and a reconcile
-REFENCE_S = 1.0
+REFENCE_S = 1.0  # a sibling's role still claiming the shard is fenced again this often
 RETRY_S = 0.05
 
 
@@ -92,16 +92,19 @@ def _fenced_free(
     beat: Callable[[], None],
     wait_s: float,
 ) -> bool:
-    """Fence, and again every `REFENCE_S` while the store stays held, until it is free or
-    `wait_s` passed: a sibling's role still starting fences the shard itself, maybe after this
-    role did, and then hands over, delivering until fenced again."""
+    """Fence, then wait for the store until `wait_s` passed, fencing again every `REFENCE_S`
+    while a sibling's delay role still claims the shard: one still starting fences the shard
+    itself, maybe after this role did, and then hands over, delivering until fenced again. A
+    standby holding the store writes nothing: fencing again would not free it sooner."""
     deadline = time.monotonic() + wait_s
+    fence()
     while True:
-        fence()
         if _acquired(stores, shard, min(REFENCE_S, max(0.0, deadline - time.monotonic())), beat):
             return True
         if time.monotonic() >= deadline:
             return False
+        if shard in stores.claims.elsewhere():
+            fence()
 
 
 def _acquired(stores: ShardStores, shard: int, wait_s: float, beat: Callable[[], None]) -> bool:
